@@ -1,0 +1,147 @@
+"""`TFDSBackendWriter`: the recorder every adapter talks to.
+
+It has envlogger's TFDS backend's name and constructor arguments, and the one
+call shape that all adapters (dm_env, Gymnasium, RLlib) use:
+
+    begin_episode(observation, step_metadata)
+    add_step(action, reward, discount, next_observation, step_metadata)
+    set_episode_metadata(metadata)
+    end_episode(terminated)
+
+It owns the current `EpisodeBuffer` and a `DatasetWriter`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from etils import epath
+
+from rlds_writer import steps
+from rlds_writer.writer import DatasetWriter
+
+
+class TFDSBackendWriter:
+    """Records episodes into an RLDS dataset in TFDS format.
+
+    Args:
+      data_directory: the dataset directory (created if missing).
+      ds_config: a `tfds.rlds.rlds_base.DatasetConfig`.
+      max_episodes_per_file: episodes per shard file.
+      split_name: the split episodes are written to.
+      version: the dataset version.
+      store_ds_metadata: write dataset-level metadata to `metadata.json`.
+      ds_metadata: initial dataset-level metadata.
+      file_format: `tfrecord` or `array_record`.
+      mode: `error`, `append` or `overwrite` when the directory holds a dataset.
+      **writer_kwargs: further `DatasetWriter` options (`fsync`, `queue_size`,
+        `commit_interval`, `image_workers`, `name`).
+    """
+
+    def __init__(
+        self,
+        data_directory: epath.PathLike,
+        ds_config: Any,
+        max_episodes_per_file: int = 1000,
+        split_name: str = "train",
+        version: str = "0.0.1",
+        store_ds_metadata: bool = True,
+        ds_metadata: Mapping[str, Any] | None = None,
+        file_format: str = "tfrecord",
+        mode: str = "error",
+        **writer_kwargs: Any,
+    ):
+        self.store_ds_metadata = store_ds_metadata
+        self.split_name = split_name
+        self.writer = DatasetWriter(
+            data_directory,
+            ds_config,
+            version=version,
+            split=split_name,
+            max_episodes_per_file=max_episodes_per_file,
+            file_format=file_format,
+            mode=mode,
+            metadata=(dict(ds_metadata or {}) if store_ds_metadata else None),
+            **writer_kwargs,
+        )
+        self._metadata = dict(ds_metadata or {})
+        self._buffer: steps.EpisodeBuffer | None = None
+        self._pending_episode_metadata: Mapping[str, Any] | None = None
+
+    @property
+    def data_directory(self) -> epath.Path:
+        return self.writer.path
+
+    @property
+    def in_episode(self) -> bool:
+        """Whether an episode has begun and not ended."""
+        return self._buffer is not None
+
+    def update_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Merges `metadata` into the dataset metadata (`metadata.json`)."""
+        self._metadata.update(metadata)
+        if self.store_ds_metadata:
+            self.writer.set_metadata(self._metadata)
+
+    def begin_episode(
+        self, observation: Any, step_metadata: Mapping[str, Any] | None = None
+    ) -> None:
+        """Starts an episode with its first observation.
+
+        An episode still open is ended first as cut short (`is_terminal=False`).
+        """
+        if self._buffer is not None:
+            self.end_episode(terminated=False)
+        buffer = self.writer.new_buffer()
+        buffer.start(observation, step_metadata)
+        self._buffer = buffer
+
+    def add_step(
+        self,
+        action: Any,
+        reward: Any,
+        discount: Any,
+        next_observation: Any,
+        step_metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Records action `a_t`, reward `r_t`, discount `d_t` and observation `o_{t+1}`."""
+        if self._buffer is None:
+            raise RuntimeError("add_step called outside an episode: call begin_episode first")
+        self._buffer.add(action, reward, discount, next_observation, step_metadata)
+
+    def set_episode_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Sets the current episode's metadata (a later call replaces it)."""
+        if self._buffer is None:
+            raise RuntimeError("set_episode_metadata called outside an episode")
+        self._buffer.set_episode_metadata(metadata)
+
+    def end_episode(self, terminated: bool) -> None:
+        """Ends the current episode and hands it to the writer thread.
+
+        Args:
+          terminated: True if the episode ended by termination; False if it was
+            truncated or cut short.
+        """
+        buffer, self._buffer = self._buffer, None
+        if buffer is None:
+            return
+        self.writer.write(buffer.finish(terminated), self.split_name)
+
+    def flush(self) -> None:
+        """Blocks until every ended episode is on disk and listed."""
+        self.writer.flush()
+
+    def close(self) -> None:
+        """Ends an open episode (cut short), writes everything and closes."""
+        try:
+            if self._buffer is not None:
+                self.end_episode(terminated=False)
+        finally:
+            self.writer.close()
+
+    def __enter__(self) -> TFDSBackendWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,1 @@
+"""Subcommands of the `rlds-writer` tool, one module each."""

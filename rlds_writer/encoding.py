@@ -1,0 +1,471 @@
+"""Encodes finished episodes into `tf.train.Example` wire bytes.
+
+The dataset's `FeaturesDict` is compiled once into a list of leaf fields.
+Common kinds (numeric `Tensor`s and scalars, `Tensor` with `BYTES`/`ZLIB`
+encoding, `Text`) are written straight from numpy columns to protobuf wire
+format; every other kind (images, class labels, ragged tensors, ...) goes
+through TFDS's own `encode_example` and `ExampleSerializer`, and the two
+halves are joined into one `Example`. Both halves decode, through TFDS, to the
+values TFDS's own encoder would have produced.
+
+Wire format reminder (tensorflow/core/example/{example,feature}.proto):
+`Example{1: Features{1: map<string, Feature>}}`, where a map entry is
+`{1: key, 2: value}` and `Feature` is one of `1: BytesList`, `2: FloatList`,
+`3: Int64List`, each a `repeated ... value = 1` (packed for numbers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlds_writer import errors
+
+_log = logging.getLogger(__name__)
+
+# Kinds of leaf fields.
+FLOAT = "float"  # Tensor of a float dtype, stored as float_list.
+INT = "int"  # Tensor of an integer or bool dtype, stored as int64_list.
+BYTES = "bytes"  # Tensor(encoding=BYTES): one bytes entry per value.
+ZLIB = "zlib"  # Tensor(encoding=ZLIB): zlib-compressed raw bytes per value.
+TEXT = "text"  # Text or string scalar: one utf-8 bytes entry per value.
+FALLBACK = "fallback"  # Anything else: TFDS's own encoder.
+
+STEPS = "steps"
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldSpec:
+    """One leaf of the dataset's features.
+
+    Attributes:
+      path: path of the leaf inside the episode, e.g. `('steps', 'observation')`.
+      key: the flat `tf.train.Example` key, e.g. `'steps/observation'`.
+      feature: the TFDS feature connector of the leaf.
+      kind: how it is encoded (one of the module-level kind constants).
+      in_steps: whether the leaf is a per-step field (under `steps`).
+      shape: the value shape of one step (or of the episode-level value).
+      dtype: the numpy dtype values are cast to (None for text and fallback).
+    """
+
+    path: tuple[str, ...]
+    key: str
+    feature: Any
+    kind: str
+    in_steps: bool
+    shape: tuple[int | None, ...]
+    dtype: np.dtype | None
+
+    @property
+    def name(self) -> str:
+        return self.key
+
+    def describe(self) -> str:
+        """Returns the expected value as text, e.g. `uint8[84,84,3]`."""
+        if self.kind == TEXT:
+            return "text (str or bytes)"
+        dtype = self.dtype if self.dtype is not None else _tensor_info_dtype(self.feature)
+        dims = ",".join("?" if d is None else str(d) for d in self.shape)
+        return f"{np.dtype(dtype).name}[{dims}]"
+
+    def zero(self) -> Any:
+        """Returns the zero value of the field: used for the final step's action."""
+        return zero_value(self.feature)
+
+
+def zero_value(feature: Any) -> Any:
+    """Returns a zero value for a TFDS feature, built from its spec.
+
+    Args:
+      feature: a TFDS feature connector (`FeaturesDict`, `Tensor`, `Text`, ...).
+
+    Returns:
+      A nested dict of numpy zeros of the feature's dtype and shape; an empty
+      string for text; unknown dimensions are given length 0.
+    """
+    import tensorflow_datasets as tfds
+
+    if isinstance(feature, tfds.features.FeaturesDict):
+        return {k: zero_value(v) for k, v in feature.items()}
+    if isinstance(feature, tfds.features.Text):
+        return ""
+    info = feature.get_tensor_info()
+    if isinstance(info, Mapping):
+        raise errors.SpecError(f"cannot build a zero value for feature {feature!r}")
+    shape = tuple(0 if d is None else d for d in info.shape)
+    dtype = info.np_dtype
+    if dtype == np.object_ or np.dtype(dtype).kind in "SUO":
+        if shape == ():
+            return b""
+        return np.full(shape, b"", dtype=object)
+    return np.zeros(shape, dtype=dtype)
+
+
+def _tensor_info_dtype(feature: Any) -> np.dtype:
+    info = feature.get_tensor_info()
+    if isinstance(info, Mapping):
+        return np.dtype(object)
+    return np.dtype(info.np_dtype)
+
+
+def compile_fields(features: Any) -> list[FieldSpec]:
+    """Compiles an RLDS `FeaturesDict` into its leaf fields.
+
+    Args:
+      features: the dataset's top-level `tfds.features.FeaturesDict` with a
+        `steps` `Dataset` feature.
+
+    Returns:
+      The leaf fields, per-step fields first, in the features' own order.
+
+    Raises:
+      SpecError: if the features have no `steps` dataset.
+    """
+    import tensorflow_datasets as tfds
+
+    if STEPS not in features or not isinstance(features[STEPS], tfds.features.Dataset):
+        raise errors.SpecError(
+            "RLDS features need a 'steps' tfds.features.Dataset at the top level, "
+            f"got keys {sorted(features.keys())}"
+        )
+    fields: list[FieldSpec] = []
+    _walk(features[STEPS].feature, (STEPS,), True, fields)
+    for name, sub in features.items():
+        if name != STEPS:
+            _walk(sub, (name,), False, fields)
+    return fields
+
+
+def _walk(feature: Any, path: tuple[str, ...], in_steps: bool, out: list[FieldSpec]) -> None:
+    import tensorflow_datasets as tfds
+
+    if isinstance(feature, tfds.features.FeaturesDict):
+        for name, sub in feature.items():
+            _walk(sub, path + (name,), in_steps, out)
+        return
+    kind, shape, dtype = _classify(feature)
+    out.append(
+        FieldSpec(
+            path=path,
+            key="/".join(path),
+            feature=feature,
+            kind=kind,
+            in_steps=in_steps,
+            shape=shape,
+            dtype=dtype,
+        )
+    )
+
+
+def _classify(feature: Any) -> tuple[str, tuple, np.dtype | None]:
+    """Returns (kind, shape, dtype) of a leaf feature."""
+    import tensorflow_datasets as tfds
+
+    if type(feature) is tfds.features.Text:
+        return TEXT, (), None
+    if type(feature) in (tfds.features.Tensor, tfds.features.Scalar):
+        shape = tuple(feature.shape)
+        info = feature.get_tensor_info()
+        dtype = np.dtype(info.np_dtype)
+        serialized = feature.get_serialized_info()
+        simple = not isinstance(serialized, Mapping) and None not in shape and not info.optional
+        encoding = str(getattr(feature, "_encoding", "none")).lower()
+        if dtype.kind in "SUO":
+            if shape == () and simple and encoding.endswith("none"):
+                return TEXT, (), None
+            return FALLBACK, shape, None
+        if simple and dtype.kind in "biuf" and dtype.itemsize <= 8:
+            if encoding.endswith("bytes"):
+                return BYTES, shape, dtype
+            if encoding.endswith("zlib"):
+                return ZLIB, shape, dtype
+            if encoding.endswith("none") and tuple(serialized.shape) == shape:
+                return (FLOAT if dtype.kind == "f" else INT), shape, dtype
+    info = feature.get_tensor_info()
+    if isinstance(info, Mapping):
+        return FALLBACK, (), None
+    return FALLBACK, tuple(info.shape), None
+
+
+# --------------------------------------------------------------------------
+# Protobuf wire primitives.
+
+
+def _varint(n: int) -> bytes:
+    """Encodes a non-negative int as a protobuf varint."""
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SHIFTS = np.arange(10, dtype=np.uint64) * np.uint64(7)
+_POSITIONS = np.arange(10)
+
+
+def encode_varints(values: np.ndarray) -> bytes:
+    """Encodes int64 values as concatenated protobuf varints, vectorised.
+
+    Negative values take 10 bytes (two's complement), as protobuf does.
+
+    Args:
+      values: an integer array (any shape); it is read as int64.
+
+    Returns:
+      The packed varint bytes.
+    """
+    u = np.ascontiguousarray(values, dtype=np.int64).reshape(-1).view(np.uint64)
+    if u.size == 0:
+        return b""
+    if int(u.max()) < 0x80:
+        return u.astype(np.uint8).tobytes()
+    groups = (u[:, None] >> _SHIFTS[None, :]) & np.uint64(0x7F)
+    nonzero = groups != 0
+    length = 10 - np.argmax(nonzero[:, ::-1], axis=1)
+    length[~nonzero.any(axis=1)] = 1
+    cont = _POSITIONS[None, :] < (length[:, None] - 1)
+    out = (groups | (cont.astype(np.uint64) << np.uint64(7))).astype(np.uint8)
+    return out[_POSITIONS[None, :] < length[:, None]].tobytes()
+
+
+def _len_delimited(tag: bytes, payload: bytes) -> bytes:
+    return tag + _varint(len(payload)) + payload
+
+
+def float_feature(values: np.ndarray) -> bytes:
+    """Returns serialized `Feature{float_list}` bytes for the values."""
+    payload = np.ascontiguousarray(values, dtype="<f4").tobytes()
+    inner = _len_delimited(b"\x0a", payload) if payload else b""
+    return _len_delimited(b"\x12", inner)
+
+
+def int64_feature(values: np.ndarray) -> bytes:
+    """Returns serialized `Feature{int64_list}` bytes for the values."""
+    payload = encode_varints(values)
+    inner = _len_delimited(b"\x0a", payload) if payload else b""
+    return _len_delimited(b"\x1a", inner)
+
+
+def bytes_feature(items: list[bytes]) -> bytes:
+    """Returns serialized `Feature{bytes_list}` bytes for the items."""
+    inner = b"".join([b"\x0a" + _varint(len(x)) + x for x in items])
+    return _len_delimited(b"\x0a", inner)
+
+
+def _fixed_bytes_feature(rows: np.ndarray) -> bytes:
+    """`bytes_feature` for equal-length rows, one memcpy instead of a join."""
+    n = rows.shape[0]
+    width = int(np.prod(rows.shape[1:], dtype=np.int64)) * rows.dtype.itemsize
+    if n == 0:
+        return _len_delimited(b"\x0a", b"")
+    header = np.frombuffer(b"\x0a" + _varint(width), dtype=np.uint8)
+    out = np.empty((n, header.size + width), dtype=np.uint8)
+    out[:, : header.size] = header
+    out[:, header.size :] = np.ascontiguousarray(rows).reshape(n, -1).view(np.uint8)
+    return _len_delimited(b"\x0a", out.tobytes())
+
+
+def map_entry(key: bytes, feature: bytes) -> bytes:
+    """Returns one serialized `Features.feature` map entry."""
+    entry = _len_delimited(b"\x0a", key) + _len_delimited(b"\x12", feature)
+    return _len_delimited(b"\x0a", entry)
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def example_entries(example_bytes: bytes) -> bytes:
+    """Strips the `Example` and `Features` headers, leaving the map entries."""
+    if not example_bytes:
+        return b""
+    if example_bytes[0] != 0x0A:
+        raise errors.EncodingError("unexpected tf.train.Example layout from TFDS serializer")
+    length, pos = _read_varint(example_bytes, 1)
+    if pos + length != len(example_bytes):
+        raise errors.EncodingError("unexpected tf.train.Example layout from TFDS serializer")
+    return example_bytes[pos:]
+
+
+def wrap_example(entries: bytes) -> bytes:
+    """Wraps serialized map entries into `Example{features: Features{...}}`."""
+    return _len_delimited(b"\x0a", entries)
+
+
+# --------------------------------------------------------------------------
+# Encoding one field.
+
+
+def _as_text_bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return value.encode("utf-8")
+
+
+def encode_field(field: FieldSpec, values: Any) -> bytes:
+    """Encodes a column (per-step field) or a single value (episode field).
+
+    Args:
+      field: the field.
+      values: for a fast-path per-step field, an array with a leading step axis
+        of the field's dtype (a list of str/bytes for text); for an episode-level
+        field, one value already cast to the field's dtype.
+
+    Returns:
+      The serialized `Feature` bytes (without the map entry around it).
+    """
+    kind = field.kind
+    if kind == FLOAT:
+        return float_feature(values)
+    if kind == INT:
+        arr = np.asarray(values)
+        if arr.dtype == np.uint64:
+            arr = arr.view(np.int64)
+        return int64_feature(arr)
+    if kind == TEXT:
+        if field.in_steps:
+            return bytes_feature([_as_text_bytes(v) for v in values])
+        return bytes_feature([_as_text_bytes(values)])
+    if kind == BYTES:
+        arr = np.asarray(values)
+        if not field.in_steps:
+            return bytes_feature([arr.tobytes()])
+        return _fixed_bytes_feature(arr)
+    if kind == ZLIB:
+        arr = np.asarray(values)
+        if not field.in_steps:
+            return bytes_feature([zlib.compress(arr.tobytes())])
+        return bytes_feature([zlib.compress(row.tobytes()) for row in arr])
+    raise errors.EncodingError(f"{field.key}: kind {kind} has no direct encoder")
+
+
+class EpisodeEncoder:
+    """Turns finished episodes into serialized `tf.train.Example` bytes.
+
+    Args:
+      features: the dataset's `tfds.features.FeaturesDict` (RLDS layout).
+      image_workers: threads used to encode fallback fields (PNG/JPEG images)
+        in parallel; 0 encodes them on the calling thread.
+    """
+
+    def __init__(self, features: Any, image_workers: int = 0):
+        self.features = features
+        self.fields = compile_fields(features)
+        self.step_fields = [f for f in self.fields if f.in_steps]
+        self.episode_fields = [f for f in self.fields if not f.in_steps]
+        self._keys = {f.key: f.key.encode("utf-8") for f in self.fields}
+        self._fallback = [f for f in self.fields if f.kind == FALLBACK]
+        self._fallback_serializers: dict[str, Any] = {}
+        self._pool = None
+        if image_workers and any(f.in_steps for f in self._fallback):
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(image_workers, thread_name_prefix="rlds_writer_encode")
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def encode(self, columns: Mapping[str, Any], episode_values: Mapping[str, Any]) -> bytes:
+        """Encodes one episode.
+
+        Args:
+          columns: per-step field key -> column (array with a leading step axis,
+            or a list of values for text and fallback fields).
+          episode_values: episode-level field key -> value.
+
+        Returns:
+          The serialized `tf.train.Example`.
+        """
+        parts = []
+        for field in self.fields:
+            if field.kind == FALLBACK:
+                continue
+            values = columns[field.key] if field.in_steps else episode_values[field.key]
+            try:
+                feature_bytes = encode_field(field, values)
+            except Exception as e:  # noqa: BLE001
+                raise errors.EncodingError(f"{field.key}: could not encode ({e})") from e
+            parts.append(map_entry(self._keys[field.key], feature_bytes))
+        for field in self._fallback:
+            values = columns[field.key] if field.in_steps else episode_values[field.key]
+            parts.append(self._encode_fallback(field, values))
+        return wrap_example(b"".join(parts))
+
+    def _sequence_info(self, field: FieldSpec) -> Any:
+        import tensorflow_datasets as tfds
+
+        return tfds.features.Sequence(field.feature).get_serialized_info()
+
+    def _encode_fallback(self, field: FieldSpec, values: Any) -> bytes:
+        """Encodes one field through TFDS's own encoder and serializer."""
+        import tree
+        from tensorflow_datasets.core import example_serializer
+        from tensorflow_datasets.core.features import sequence_feature
+
+        feature = field.feature
+        try:
+            if field.in_steps:
+                if self._pool is not None and len(values) > 1:
+                    encoded = list(self._pool.map(feature.encode_example, values))
+                else:
+                    encoded = [feature.encode_example(v) for v in values]
+                info = self._sequence_info(field)
+                if encoded:
+                    encoded = sequence_feature.stack_nested(encoded)
+                else:
+                    encoded = tree.map_structure(sequence_feature.build_empty_np, info)
+            else:
+                encoded = feature.encode_example(values)
+                info = feature.get_serialized_info()
+        except Exception as e:  # noqa: BLE001
+            raise errors.EncodingError(f"{field.key}: TFDS could not encode the value ({e})") from e
+        serializer = self._fallback_serializers.get(field.key)
+        if serializer is None:
+            serializer = example_serializer.ExampleSerializer(_nest(field.path, info))
+            self._fallback_serializers[field.key] = serializer
+        return example_entries(serializer.serialize_example(_nest(field.path, encoded)))
+
+
+def _nest(path: tuple[str, ...], value: Any) -> Any:
+    for name in reversed(path):
+        value = {name: value}
+    return value
+
+
+def warn_float64(fields: list[FieldSpec]) -> list[str]:
+    """Logs one warning if float64 fields would be stored as float32.
+
+    Args:
+      fields: the compiled fields.
+
+    Returns:
+      The keys of the affected fields.
+    """
+    lossy = [f.key for f in fields if f.kind == FLOAT and f.dtype == np.float64]
+    if lossy:
+        _log.warning(
+            "float64 features %s are stored by TFDS as float32 (tf.train.Example has "
+            "no double list) and lose precision; use tfds.features.Tensor(..., "
+            "encoding='bytes') to keep all 64 bits.",
+            ", ".join(lossy),
+        )
+    return lossy

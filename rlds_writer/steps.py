@@ -1,0 +1,463 @@
+"""Columnar episode buffer and the RLDS step alignment.
+
+A step appends each leaf value to a per-field column (a growing numpy array
+for fixed-shape tensors, a list otherwise); nothing is encoded per step. At
+episode end the buffer produces RLDS-aligned columns:
+
+* step `t` holds observation `o_t`, the action `a_t` taken after it, and the
+  reward `r_t` and discount `d_t` that followed `a_t`;
+* the final step holds the last observation and zeros (built from the feature
+  spec) for action, reward and discount;
+* `is_first` is set on step 0, `is_last` on the final step, `is_terminal` on
+  the final step only when the episode ended by termination.
+
+Values are cast by TFDS's own rules: a numpy array must have the feature's
+exact dtype and shape; anything else goes through `np.array(value, dtype)`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from rlds_writer import encoding
+from rlds_writer.errors import StepValueError
+
+_log = logging.getLogger(__name__)
+
+OBSERVATION = "observation"
+ACTION = "action"
+REWARD = "reward"
+DISCOUNT = "discount"
+IS_FIRST = "is_first"
+IS_LAST = "is_last"
+IS_TERMINAL = "is_terminal"
+_FLAGS = (IS_FIRST, IS_LAST, IS_TERMINAL)
+_TRANSITION = (ACTION, REWARD, DISCOUNT)
+
+_PY_SCALARS = (float, int, bool)
+
+
+def _describe(value: Any) -> str:
+    """Describes a received value as `dtype[shape]` or its Python type."""
+    if value is None:
+        return "None"
+    if isinstance(value, np.ndarray | np.generic):
+        dims = ",".join(str(d) for d in np.shape(value))
+        return f"{value.dtype.name}[{dims}]"
+    if isinstance(value, str | bytes):
+        text = repr(value)
+        return f"{type(value).__name__} {text[:40]}"
+    if isinstance(value, Mapping):
+        return f"dict with keys {sorted(map(str, value.keys()))}"
+    if isinstance(value, list | tuple):
+        try:
+            arr = np.asarray(value)
+            dims = ",".join(str(d) for d in arr.shape)
+            return f"{type(value).__name__} of {arr.dtype.name}[{dims}]"
+        except Exception:  # noqa: BLE001
+            return type(value).__name__
+    return f"{type(value).__name__} {value!r}"[:80]
+
+
+def cast_value(field: encoding.FieldSpec, value: Any) -> Any:
+    """Validates one value for a field and casts it the way TFDS would.
+
+    Args:
+      field: the leaf field.
+      value: the value given by the user for one step (or for the episode).
+
+    Returns:
+      A numpy array of the field's dtype and shape (fast-path numeric kinds),
+      the str/bytes value (text), or the value itself (fallback kinds).
+
+    Raises:
+      StepValueError: naming the field, what was expected and what arrived.
+    """
+    kind = field.kind
+    if value is None:
+        raise StepValueError(field.key, f"expected {field.describe()}, got None")
+    if kind == encoding.TEXT:
+        if isinstance(value, str | bytes):
+            return value
+        if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "SUO":
+            return value.item()
+        raise StepValueError(field.key, f"expected {field.describe()}, got {_describe(value)}")
+    if kind == encoding.FALLBACK:
+        return _check_fallback(field, value)
+    dtype = field.dtype
+    if isinstance(value, np.ndarray):
+        if value.dtype != dtype or value.shape != field.shape:
+            raise StepValueError(field.key, f"expected {field.describe()}, got {_describe(value)}")
+        return value
+    if dtype.kind == "b" and isinstance(value, str):
+        raise StepValueError(
+            field.key,
+            f"expected {field.describe()}, got {_describe(value)} (a string is not a bool)",
+        )
+    if isinstance(value, Mapping):
+        raise StepValueError(field.key, f"expected {field.describe()}, got {_describe(value)}")
+    try:
+        arr = np.array(value, dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise StepValueError(
+            field.key, f"expected {field.describe()}, got {_describe(value)} ({e})"
+        ) from None
+    if arr.shape != field.shape:
+        raise StepValueError(field.key, f"expected {field.describe()}, got {_describe(value)}")
+    return arr
+
+
+def _check_fallback(field: encoding.FieldSpec, value: Any) -> Any:
+    """Light check of a value for a feature that TFDS itself encodes."""
+    if isinstance(value, np.ndarray):
+        info = field.feature.get_tensor_info()
+        if not isinstance(info, Mapping):
+            shape = tuple(info.shape)
+            ok_rank = len(shape) == value.ndim
+            ok_dims = ok_rank and all(e is None or e == g for e, g in zip(shape, value.shape))
+            dtype = np.dtype(info.np_dtype)
+            ok_dtype = dtype.kind in "SUO" or value.dtype == dtype
+            if not (ok_dims and ok_dtype):
+                raise StepValueError(
+                    field.key, f"expected {field.describe()}, got {_describe(value)}"
+                )
+        return value.copy()
+    return value
+
+
+class _ArrayColumn:
+    """A growing numpy array holding one fixed-shape numeric field."""
+
+    __slots__ = ("field", "shape", "dtype", "buf", "n", "_fast_scalar")
+
+    def __init__(self, field: encoding.FieldSpec, capacity: int = 32):
+        self.field = field
+        self.shape = field.shape
+        self.dtype = field.dtype
+        self.buf = np.empty((capacity,) + self.shape, dtype=self.dtype)
+        self.n = 0
+        # Python scalars cast exactly as np.array(v, dtype) would, so they can be
+        # stored directly into a scalar column.
+        self._fast_scalar = self.shape == () and self.dtype.kind != "b"
+
+    def append(self, value: Any) -> None:
+        if type(value) is np.ndarray:
+            if value.dtype != self.dtype or value.shape != self.shape:
+                cast_value(self.field, value)  # raises with a full message
+        elif not (self._fast_scalar and type(value) in _PY_SCALARS):
+            value = cast_value(self.field, value)
+        n = self.n
+        if n == self.buf.shape[0]:
+            self._grow()
+        try:
+            self.buf[n] = value
+        except (TypeError, ValueError, OverflowError) as e:
+            raise StepValueError(
+                self.field.key, f"expected {self.field.describe()}, got {_describe(value)} ({e})"
+            ) from None
+        self.n = n + 1
+
+    def _grow(self) -> None:
+        new = np.empty((self.buf.shape[0] * 2,) + self.shape, dtype=self.dtype)
+        new[: self.n] = self.buf[: self.n]
+        self.buf = new
+
+    def truncate(self, n: int) -> None:
+        self.n = min(self.n, n)
+
+    def values(self) -> np.ndarray:
+        return self.buf[: self.n]
+
+
+class _ListColumn:
+    """A list holding one text or fallback field."""
+
+    __slots__ = ("field", "items", "_is_text")
+
+    def __init__(self, field: encoding.FieldSpec):
+        self.field = field
+        self.items: list[Any] = []
+        self._is_text = field.kind == encoding.TEXT
+
+    @property
+    def n(self) -> int:
+        return len(self.items)
+
+    def append(self, value: Any) -> None:
+        if not (self._is_text and type(value) in (str, bytes)):
+            value = cast_value(self.field, value)
+        self.items.append(value)
+
+    def truncate(self, n: int) -> None:
+        del self.items[n:]
+
+    def values(self) -> list[Any]:
+        return self.items
+
+
+def _make_column(field: encoding.FieldSpec) -> _ArrayColumn | _ListColumn:
+    if field.kind in (encoding.FLOAT, encoding.INT, encoding.BYTES, encoding.ZLIB):
+        return _ArrayColumn(field)
+    return _ListColumn(field)
+
+
+def _build_appender(
+    node: Any, path: str, columns: dict[str, Any], leaf_fn: Callable[[Any], Any]
+) -> Callable[[Any], None]:
+    """Builds a function that checks a nested value and appends its leaves."""
+    if not isinstance(node, dict):
+        return leaf_fn(node)
+    children = {
+        name: _build_appender(sub, f"{path}/{name}", columns, leaf_fn) for name, sub in node.items()
+    }
+    expected = frozenset(children)
+
+    def append(value: Any) -> None:
+        if not isinstance(value, Mapping):
+            raise StepValueError(
+                path, f"expected a dict with keys {sorted(expected)}, got {_describe(value)}"
+            )
+        if value.keys() != expected:
+            got = set(value.keys())
+            missing = sorted(expected - got)
+            unexpected = sorted(map(str, got - expected))
+            parts = []
+            if missing:
+                parts.append(f"missing keys {missing}")
+            if unexpected:
+                parts.append(f"unexpected keys {unexpected}")
+            raise StepValueError(path, f"expected keys {sorted(expected)}: " + ", ".join(parts))
+        for name, child in children.items():
+            child(value[name])
+
+    return append
+
+
+def _tree(fields: list[encoding.FieldSpec], depth: int) -> dict[str, Any]:
+    """Groups fields into a nested dict keyed by path components from `depth`."""
+    root: dict[str, Any] = {}
+    for field in fields:
+        node = root
+        for name in field.path[depth:-1]:
+            node = node.setdefault(name, {})
+        node[field.path[-1]] = field
+    return root
+
+
+class Episode:
+    """A finished episode, ready to encode.
+
+    Attributes:
+      columns: per-step field key -> column (array or list), RLDS-aligned.
+      episode_values: episode-level field key -> value.
+      num_steps: number of steps.
+    """
+
+    __slots__ = ("columns", "episode_values", "num_steps")
+
+    def __init__(self, columns: dict[str, Any], episode_values: dict[str, Any], num_steps: int):
+        self.columns = columns
+        self.episode_values = episode_values
+        self.num_steps = num_steps
+
+
+class StepLayout:
+    """How step and episode values map onto the dataset's leaf fields.
+
+    Built once per dataset from the compiled fields; creates `EpisodeBuffer`s.
+
+    Args:
+      fields: the fields compiled by `encoding.compile_fields`.
+    """
+
+    def __init__(self, fields: list[encoding.FieldSpec]):
+        self.fields = fields
+        step_fields = [f for f in fields if f.in_steps]
+        groups = _tree(step_fields, 1)
+        self.step_groups = groups
+        self.has = {name: name in groups for name in (OBSERVATION, *_TRANSITION)}
+        self.metadata_keys = [k for k in groups if k not in (OBSERVATION, *_TRANSITION, *_FLAGS)]
+        self.episode_tree = _tree([f for f in fields if not f.in_steps], 0)
+        self.episode_fields = {f.key: f for f in fields if not f.in_steps}
+        self.flag_keys = {name: f"{encoding.STEPS}/{name}" for name in _FLAGS if name in groups}
+        self.zeros = {f.key: f.zero() for f in step_fields if f.path[1] in _TRANSITION}
+        self._warned_missing_episode = False
+
+    def new_buffer(self) -> EpisodeBuffer:
+        return EpisodeBuffer(self)
+
+
+class EpisodeBuffer:
+    """Collects the steps of one episode in per-field columns.
+
+    Call `start` with the first observation, `add` once per transition, then
+    `finish`. A step that fails validation is rolled back entirely: the buffer
+    stays as it was before the call, and the error propagates.
+    """
+
+    def __init__(self, layout: StepLayout):
+        self.layout = layout
+        self.columns: dict[str, Any] = {}
+        self._obs_columns: list[Any] = []
+        self._transition_columns: list[Any] = []
+
+        def leaf(field: encoding.FieldSpec) -> Callable[[Any], None]:
+            column = _make_column(field)
+            self.columns[field.key] = column
+            return column.append
+
+        groups = layout.step_groups
+        prefix = encoding.STEPS
+
+        def group(name: str, target: list[Any]) -> Callable[[Any], None] | None:
+            if name not in groups:
+                return None
+            before = set(self.columns)
+            appender = _build_appender(groups[name], f"{prefix}/{name}", self.columns, leaf)
+            target.extend(self.columns[k] for k in self.columns if k not in before)
+            return appender
+
+        self._obs = group(OBSERVATION, self._obs_columns)
+        self._action = group(ACTION, self._transition_columns)
+        self._reward = group(REWARD, self._transition_columns)
+        self._discount = group(DISCOUNT, self._transition_columns)
+        meta_tree = {k: groups[k] for k in layout.metadata_keys}
+        before = set(self.columns)
+        self._meta = (
+            _build_appender(meta_tree, f"{prefix}/<step metadata>", self.columns, leaf)
+            if meta_tree
+            else None
+        )
+        self._obs_columns.extend(self.columns[k] for k in self.columns if k not in before)
+        self._episode_values: dict[str, Any] = {}
+        self.num_steps = 0
+
+    @property
+    def started(self) -> bool:
+        return self.num_steps > 0
+
+    def start(self, observation: Any, step_metadata: Mapping[str, Any] | None = None) -> None:
+        """Records step 0: the first observation and its step metadata."""
+        if self.num_steps:
+            raise RuntimeError("EpisodeBuffer.start called twice")
+        self._append_observation(observation, step_metadata)
+
+    def add(
+        self,
+        action: Any,
+        reward: Any,
+        discount: Any,
+        next_observation: Any,
+        step_metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Records one transition: `a_t, r_t, d_t` and the observation `o_{t+1}`."""
+        if not self.num_steps:
+            raise RuntimeError("EpisodeBuffer.add called before start")
+        n = self.num_steps
+        try:
+            if self._action is not None:
+                self._action(action)
+            if self._reward is not None:
+                self._reward(reward)
+            if self._discount is not None:
+                self._discount(discount)
+        except Exception:
+            self._rollback(n)
+            raise
+        self._append_observation(next_observation, step_metadata)
+
+    def _append_observation(self, observation: Any, step_metadata: Any) -> None:
+        n = self.num_steps
+        try:
+            if self._obs is not None:
+                self._obs(observation)
+            if self._meta is not None:
+                if step_metadata is None:
+                    raise StepValueError(
+                        f"{encoding.STEPS}/<step metadata>",
+                        f"expected a dict with keys {sorted(self.layout.metadata_keys)}, got None",
+                    )
+                self._meta(step_metadata)
+            elif step_metadata:
+                raise StepValueError(
+                    f"{encoding.STEPS}/<step metadata>",
+                    f"the dataset declares no step metadata, got keys {sorted(step_metadata)}",
+                )
+        except Exception:
+            self._rollback(n)
+            raise
+        self.num_steps = n + 1
+
+    def _rollback(self, n_steps: int) -> None:
+        for column in self._obs_columns:
+            column.truncate(n_steps)
+        for column in self._transition_columns:
+            column.truncate(max(n_steps - 1, 0))
+
+    def set_episode_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Validates and stores episode metadata (later calls replace earlier ones)."""
+        tree = self.layout.episode_tree
+        values: dict[str, Any] = {}
+
+        def leaf(field: encoding.FieldSpec) -> Callable[[Any], None]:
+            def store(value: Any) -> None:
+                values[field.key] = cast_value(field, value)
+
+            return store
+
+        _build_appender(tree, "<episode metadata>", {}, leaf)(metadata)
+        self._episode_values = values
+
+    def finish(self, terminated: bool) -> Episode:
+        """Closes the episode and returns its RLDS-aligned columns.
+
+        Args:
+          terminated: True if the episode ended by termination (the final step
+            gets `is_terminal=True`); False for truncation or a cut-short episode.
+
+        Returns:
+          The finished `Episode`.
+        """
+        n = self.num_steps
+        if n == 0:
+            raise RuntimeError("EpisodeBuffer.finish called on an empty episode")
+        layout = self.layout
+        for key, zero in layout.zeros.items():
+            column = self.columns[key]
+            if column.n == n - 1:
+                column.append(zero)
+        out: dict[str, Any] = {}
+        for key, column in self.columns.items():
+            if column.n != n:
+                raise RuntimeError(f"internal: column {key} has {column.n} values for {n} steps")
+            out[key] = column.values()
+        flags = layout.flag_keys
+        if IS_FIRST in flags:
+            first = np.zeros(n, dtype=np.bool_)
+            first[0] = True
+            out[flags[IS_FIRST]] = first
+        if IS_LAST in flags:
+            last = np.zeros(n, dtype=np.bool_)
+            last[-1] = True
+            out[flags[IS_LAST]] = last
+        if IS_TERMINAL in flags:
+            terminal = np.zeros(n, dtype=np.bool_)
+            terminal[-1] = bool(terminated)
+            out[flags[IS_TERMINAL]] = terminal
+        episode_values = dict(self._episode_values)
+        missing = [k for k in layout.episode_fields if k not in episode_values]
+        if missing:
+            if not layout._warned_missing_episode:
+                _log.warning(
+                    "no episode metadata was given for %s in an episode; storing zeros "
+                    "(this warning is shown once)",
+                    missing,
+                )
+                layout._warned_missing_episode = True
+            for key in missing:
+                episode_values[key] = layout.episode_fields[key].zero()
+        return Episode(out, episode_values, n)

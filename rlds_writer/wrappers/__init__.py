@@ -1,0 +1,1 @@
+"""Environment wrappers that record rollouts."""

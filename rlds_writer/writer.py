@@ -1,0 +1,518 @@
+"""`DatasetWriter`: finished episodes in, TFDS shards and dataset_info.json out.
+
+The env thread hands finished `Episode`s to a bounded queue; one background
+thread encodes them, appends each record to the open shard of its split,
+hands it to the OS (flush) right away, rotates shards every
+`max_episodes_per_file` episodes, and commits `dataset_info.json` atomically at
+every rotation and at least every `commit_interval` seconds. The env loop only
+waits when the queue is full. An error in the thread is raised to the caller at
+the next call and at `close()`; it is never swallowed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import os
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from etils import epath
+
+from rlds_writer import encoding, layout, steps
+from rlds_writer.errors import (
+    DatasetExistsError,
+    IncompatibleDatasetError,
+    WriterClosedError,
+    WriterFailedError,
+)
+from rlds_writer.locking import DirectoryLock
+
+_log = logging.getLogger(__name__)
+
+MODES = ("error", "append", "overwrite")
+
+
+class ShardFile:
+    """One shard being written. Tests may replace `open_shard` to inject faults.
+
+    Args:
+      path: the shard's path.
+      file_format: `tfrecord` or `array_record`.
+      fsync: call `fsync` at every flush.
+    """
+
+    def __init__(self, path: epath.Path, file_format: str, fsync: bool = False):
+        self.path = path
+        self.file_format = file_format
+        self.fsync = fsync
+        self.num_records = 0
+        self.num_bytes = 0
+        if file_format == "tfrecord":
+            if layout.is_local(path):
+                self._f = open(path, "xb", buffering=1 << 20)  # noqa: SIM115
+            else:
+                self._f = path.open("wb")
+        elif file_format == "array_record":
+            from array_record.python import array_record_module
+
+            self._f = array_record_module.ArrayRecordWriter(os.fspath(path), "group_size:1")
+        else:
+            raise ValueError(
+                f"file_format must be one of {layout.FILE_FORMATS}, got {file_format!r}"
+            )
+
+    def write(self, record: bytes) -> None:
+        if self.file_format == "tfrecord":
+            from rlds_writer import tfrecord
+
+            header, footer = tfrecord.frame_parts(record)
+            self._f.write(header)
+            self._f.write(record)
+            self._f.write(footer)
+        else:
+            self._f.write(record)
+        self.num_records += 1
+        self.num_bytes += len(record)
+
+    def flush(self) -> None:
+        """Hands everything written so far to the OS (and to the disk with fsync)."""
+        if self.file_format == "tfrecord":
+            self._f.flush()
+            if self.fsync and hasattr(self._f, "fileno"):
+                os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        if self.file_format == "tfrecord":
+            self.flush()
+            self._f.close()
+        else:
+            self._f.close()
+            if self.fsync and layout.is_local(self.path):
+                fd = os.open(self.path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
+
+def open_shard(path: epath.Path, file_format: str, fsync: bool) -> ShardFile:
+    """Opens a new shard file. A seam for fault-injection tests."""
+    return ShardFile(path, file_format, fsync)
+
+
+class _SplitState:
+    """Shards of one split: the closed ones and the open one."""
+
+    def __init__(self, name: str, lengths: list[int], num_bytes: int):
+        self.name = name
+        self.lengths = list(lengths)
+        self.num_bytes = num_bytes
+        self.shard: ShardFile | None = None
+
+    def committed(self) -> tuple[list[int], int]:
+        lengths = list(self.lengths)
+        nbytes = self.num_bytes
+        if self.shard is not None and self.shard.num_records:
+            lengths.append(self.shard.num_records)
+            nbytes += self.shard.num_bytes
+        return lengths, nbytes
+
+
+_FLUSH = "flush"
+_CLOSE = "close"
+_OPEN_WRITERS: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_writers() -> None:
+    for writer in list(_OPEN_WRITERS):
+        try:
+            writer.close()
+        except Exception as e:  # noqa: BLE001
+            _log.error("closing %s at exit failed: %s", writer.path, e)
+
+
+def build_dataset_info(
+    ds_config: Any,
+    name: str,
+    version: str,
+    data_directory: epath.PathLike,
+    metadata: Mapping[str, Any] | None = None,
+) -> Any:
+    """Returns the `tfds.core.DatasetInfo` of an RLDS dataset config."""
+    import tensorflow_datasets as tfds
+    from tensorflow_datasets.rlds import rlds_base
+
+    identity = tfds.core.DatasetIdentity(
+        name=name,
+        version=tfds.core.Version(version),
+        data_dir=os.fspath(data_directory),
+        module_name="",
+    )
+    return rlds_base.build_info(
+        ds_config, identity, ds_metadata=dict(metadata) if metadata else None
+    )
+
+
+class DatasetWriter:
+    """Writes finished episodes into an RLDS dataset in TFDS format.
+
+    Args:
+      data_directory: the dataset directory (local or any `etils.epath` path).
+        Created if missing.
+      ds_config: a `tfds.rlds.rlds_base.DatasetConfig` describing the features.
+      name: dataset name used in shard file names; defaults to `ds_config.name`.
+      version: dataset version, `MAJOR.MINOR.PATCH`.
+      split: the default split for `write`.
+      max_episodes_per_file: episodes per shard before rotating to a new file.
+      file_format: `tfrecord` or `array_record`.
+      mode: what to do if the directory already holds a dataset: `error`
+        (default), `append` (recover, then continue the shard sequence) or
+        `overwrite` (delete its files first).
+      metadata: dataset-level metadata for `metadata.json` (made JSON-safe).
+        None writes no `metadata.json`.
+      fsync: `fsync` shard files at each episode and `dataset_info.json` at each
+        commit, for power-loss durability (costs one disk sync per episode).
+      queue_size: finished episodes that may wait for the writer thread before
+        `write` blocks (backpressure).
+      commit_interval: seconds between `dataset_info.json` commits while
+        episodes arrive (commits also happen at each rotation and at close).
+      image_workers: threads that encode image features in parallel.
+
+    Raises:
+      DatasetExistsError: the directory holds a dataset and mode is `error`.
+      IncompatibleDatasetError: mode is `append` and the existing dataset has
+        other features, another name or another file format.
+      LockedError: another live writer holds the directory.
+    """
+
+    def __init__(
+        self,
+        data_directory: epath.PathLike,
+        ds_config: Any,
+        *,
+        name: str | None = None,
+        version: str = "0.0.1",
+        split: str = "train",
+        max_episodes_per_file: int = 1000,
+        file_format: str = "tfrecord",
+        mode: str = "error",
+        metadata: Mapping[str, Any] | None = None,
+        fsync: bool = False,
+        queue_size: int = 16,
+        commit_interval: float = 2.0,
+        image_workers: int = 2,
+    ):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if file_format not in layout.FILE_FORMATS:
+            raise ValueError(
+                f"file_format must be one of {layout.FILE_FORMATS}, got {file_format!r}"
+            )
+        if max_episodes_per_file < 1:
+            raise ValueError(f"max_episodes_per_file must be >= 1, got {max_episodes_per_file}")
+        self.path = epath.Path(data_directory)
+        self.name = name or getattr(ds_config, "name", None) or "rlds_dataset"
+        self.version = version
+        self.default_split = split
+        self.file_format = file_format
+        self.max_episodes_per_file = max_episodes_per_file
+        self.fsync = fsync
+        self.commit_interval = commit_interval
+        self._metadata = layout.jsonable(dict(metadata)) if metadata is not None else None
+
+        self.info = build_dataset_info(ds_config, self.name, version, self.path, self._metadata)
+        self.features = self.info.features
+        self.encoder = encoding.EpisodeEncoder(self.features, image_workers=image_workers)
+        encoding.warn_float64(self.encoder.fields)
+        self.layout = steps.StepLayout(self.encoder.fields)
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock = DirectoryLock(self.path)
+        self._lock.acquire()
+        try:
+            self._splits = self._prepare_directory(mode)
+        except BaseException:
+            self._lock.release()
+            self.encoder.close()
+            raise
+
+        self.episodes_written = 0
+        self.steps_written = 0
+        self.bytes_written = 0
+        self._error: BaseException | None = None
+        self._closed = False
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_size))
+        self._last_commit = time.monotonic()
+        self._dirty = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"rlds_writer[{self.path.name}]", daemon=True
+        )
+        self._thread.start()
+        _OPEN_WRITERS.add(self)
+
+    # ------------------------------------------------------------------ setup
+
+    def _prepare_directory(self, mode: str) -> dict[str, _SplitState]:
+        exists = layout.holds_dataset(self.path)
+        if exists and mode == "error":
+            raise DatasetExistsError(
+                f"{self.path} already holds a dataset. Pass mode='append' to add episodes "
+                "to it or mode='overwrite' to replace it."
+            )
+        if exists and mode == "overwrite":
+            self._delete_dataset_files()
+            exists = False
+        if exists:
+            return self._open_for_append()
+        self._create()
+        return {self.default_split: _SplitState(self.default_split, [], 0)}
+
+    def _delete_dataset_files(self) -> None:
+        import re
+
+        pattern = re.compile(r".+-.+\.(tfrecord|array_record)-\d{5,}$")
+        for child in self.path.iterdir():
+            if child.name in (
+                layout.DATASET_INFO,
+                layout.FEATURES,
+                layout.METADATA,
+            ) or pattern.match(child.name):
+                child.unlink()
+
+    def _create(self) -> None:
+        from tensorflow_datasets.core import file_adapters
+
+        self.info.set_file_format(file_adapters.FileFormat.from_value(self.file_format))
+        self.info.write_to_directory(self.path)
+        self._info_json = layout.read_json(self.path / layout.DATASET_INFO)
+        self._commit_splits({self.default_split: _SplitState(self.default_split, [], 0)})
+
+    def _open_for_append(self) -> dict[str, _SplitState]:
+        from rlds_writer import recovery
+
+        report = recovery.recover(self.path, _locked=True)
+        if report.changed:
+            _log.warning("recovered %s before appending: %s", self.path, report.summary())
+        existing = layout.read_json(self.path / layout.DATASET_INFO)
+        problems = []
+        if existing.get("name") != self.name:
+            problems.append(f"name: dataset has {existing.get('name')!r}, writer has {self.name!r}")
+        fmt = existing.get("fileFormat", "tfrecord")
+        if fmt != self.file_format:
+            problems.append(f"file_format: dataset has {fmt!r}, writer has {self.file_format!r}")
+        diff = features_diff(
+            layout.read_json(self.path / layout.FEATURES), self.features.to_json_content()
+        )
+        if diff:
+            problems.append("features differ:\n" + "\n".join(f"  {d}" for d in diff))
+        if problems:
+            raise IncompatibleDatasetError(f"cannot append to {self.path}: " + "; ".join(problems))
+        self._info_json = existing
+        if self._metadata is not None:
+            self._write_metadata(self._metadata)
+        splits = {
+            name: _SplitState(name, lengths, nbytes)
+            for name, (lengths, nbytes) in layout.read_splits(existing).items()
+        }
+        splits.setdefault(self.default_split, _SplitState(self.default_split, [], 0))
+        return splits
+
+    # ---------------------------------------------------------------- public
+
+    def new_buffer(self) -> steps.EpisodeBuffer:
+        """Returns an empty episode buffer for this dataset's features."""
+        return self.layout.new_buffer()
+
+    def write(self, episode: steps.Episode, split: str | None = None) -> None:
+        """Queues a finished episode; blocks only while the queue is full.
+
+        Raises:
+          WriterFailedError: if the writer thread failed earlier.
+          WriterClosedError: if the writer is closed.
+        """
+        self._check()
+        item = (split or self.default_split, episode)
+        while True:
+            try:
+                self._queue.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                self._check()
+
+    def flush(self) -> None:
+        """Blocks until every queued episode is written and handed to the OS,
+        and `dataset_info.json` lists it.
+
+        Raises:
+          WriterFailedError: if the writer thread failed.
+        """
+        self._check()
+        done = threading.Event()
+        self._queue.put((_FLUSH, done))
+        while not done.wait(0.2):
+            if not self._thread.is_alive():
+                break
+        self._check()
+
+    def close(self) -> None:
+        """Writes everything queued, closes the shards, commits and unlocks.
+
+        Idempotent. Raises the writer thread's error if it failed.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        _OPEN_WRITERS.discard(self)
+        if self._thread.is_alive():
+            done = threading.Event()
+            self._queue.put((_CLOSE, done))
+            self._thread.join()
+        self.encoder.close()
+        self._lock.release()
+        if self._error is not None:
+            raise WriterFailedError(
+                f"writing {self.path} failed: {self._error!r}; episodes written before the "
+                "failure are on disk (run rlds_writer.recover on the directory)"
+            ) from self._error
+
+    def set_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Replaces `metadata.json` (atomically) with JSON-safe `metadata`."""
+        self._metadata = layout.jsonable(dict(metadata))
+        self._write_metadata(self._metadata)
+
+    def __enter__(self) -> DatasetWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def splits(self) -> dict[str, tuple[list[int], int]]:
+        """Split name -> (shard lengths, bytes) as last committed or in progress."""
+        return {name: state.committed() for name, state in self._splits.items()}
+
+    # ---------------------------------------------------------------- thread
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise WriterFailedError(
+                f"the writer thread of {self.path} failed: {self._error!r}"
+            ) from self._error
+        if self._closed:
+            raise WriterClosedError(f"the writer of {self.path} is closed")
+
+    def _run(self) -> None:
+        while True:
+            timeout = max(0.05, self.commit_interval - (time.monotonic() - self._last_commit))
+            try:
+                item = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                self._guarded(self._commit_if_dirty)
+                continue
+            kind, payload = item
+            if kind == _CLOSE:
+                self._guarded(self._finish)
+                payload.set()
+                return
+            if kind == _FLUSH:
+                self._guarded(self._flush_and_commit)
+                payload.set()
+                continue
+            if self._error is None:
+                self._guarded(functools.partial(self._write_episode, kind, payload))
+
+    def _guarded(self, fn: Any) -> None:
+        if self._error is not None:
+            return
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001
+            _log.error("rlds_writer thread for %s failed: %r", self.path, e)
+            self._error = e
+
+    def _write_episode(self, split: str, episode: steps.Episode) -> None:
+        record = self.encoder.encode(episode.columns, episode.episode_values)
+        state = self._splits.get(split)
+        if state is None:
+            state = self._splits[split] = _SplitState(split, [], 0)
+        if state.shard is None:
+            index = len(state.lengths)
+            path = self.path / layout.shard_name(self.name, split, self.file_format, index)
+            state.shard = open_shard(path, self.file_format, self.fsync)
+        state.shard.write(record)
+        state.shard.flush()
+        self.episodes_written += 1
+        self.steps_written += episode.num_steps
+        self.bytes_written += len(record)
+        self._dirty = True
+        if state.shard.num_records >= self.max_episodes_per_file:
+            self._rotate(state)
+            self._commit()
+        elif time.monotonic() - self._last_commit >= self.commit_interval:
+            self._commit()
+
+    def _rotate(self, state: _SplitState) -> None:
+        shard = state.shard
+        state.shard = None
+        shard.close()
+        state.lengths.append(shard.num_records)
+        state.num_bytes += shard.num_bytes
+
+    def _flush_and_commit(self) -> None:
+        for state in self._splits.values():
+            if state.shard is not None:
+                state.shard.flush()
+        self._commit()
+
+    def _finish(self) -> None:
+        for state in self._splits.values():
+            if state.shard is not None:
+                self._rotate(state)
+        self._commit()
+
+    def _commit_if_dirty(self) -> None:
+        if self._dirty:
+            self._commit()
+
+    def _commit(self) -> None:
+        self._commit_splits(self._splits)
+
+    def _commit_splits(self, splits: Mapping[str, _SplitState]) -> None:
+        info = layout.with_splits(
+            self._info_json, {name: state.committed() for name, state in splits.items()}
+        )
+        layout.atomic_write_text(
+            self.path / layout.DATASET_INFO, layout.dumps_info(info), fsync=self.fsync
+        )
+        self._last_commit = time.monotonic()
+        self._dirty = False
+
+    def _write_metadata(self, metadata: Mapping[str, Any]) -> None:
+        import json
+
+        layout.atomic_write_text(self.path / layout.METADATA, json.dumps(metadata, indent=2))
+
+
+def features_diff(old: Any, new: Any, path: str = "") -> list[str]:
+    """Lists the differences between two `features.json` contents."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        out = []
+        for key in sorted(set(old) | set(new)):
+            sub = f"{path}/{key}" if path else str(key)
+            if key not in new:
+                out.append(f"{sub}: only in the existing dataset")
+            elif key not in old:
+                out.append(f"{sub}: only in the writer's features")
+            else:
+                out.extend(features_diff(old[key], new[key], sub))
+        return out
+    if old != new:
+        return [f"{path}: dataset has {old!r}, writer has {new!r}"]
+    return []

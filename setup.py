@@ -1,0 +1,41 @@
+"""Package metadata for rlds_writer."""
+
+from setuptools import find_packages, setup
+
+_CORE = [
+    "numpy>=1.26",
+    "dm-env>=1.6",
+    "etils[epath]>=1.7",
+    "google-crc32c>=1.5",
+    "tensorflow-cpu>=2.16,<2.22",
+    "tensorflow-datasets>=4.9.4,<5",
+    "array-record>=0.5",
+    "tqdm>=4.60",
+    "pillow>=10",
+]
+_EXTRAS = {
+    "gymnasium": ["gymnasium>=1.0,<2"],
+    "rllib": ["gymnasium>=1.0,<2", "ray[rllib]>=2.40,<3", "torch>=2.2"],
+    "torch": ["torch>=2.2"],
+    "plot": ["matplotlib>=3.7"],
+}
+_EXTRAS["all"] = sorted({dep for deps in _EXTRAS.values() for dep in deps})
+_EXTRAS["test"] = ["pytest>=8", "hypothesis>=6.100", "ruff>=0.5", "psutil>=5.9"]
+
+setup(
+    name="rlds_writer",
+    version="0.1.0",
+    description="Record reinforcement-learning rollouts as RLDS episodes in TFDS datasets.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["rlds_writer", "rlds_writer.*"]),
+    install_requires=_CORE,
+    extras_require=_EXTRAS,
+    entry_points={"console_scripts": ["rlds-writer=rlds_writer.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
