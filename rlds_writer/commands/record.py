@@ -38,6 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rows", type=int, default=10, help="Catch grid rows (episode length + 1)")
     p.add_argument("--columns", type=int, default=5, help="Catch grid columns")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument(
+        "--no-load-back",
+        action="store_true",
+        help="skip loading the dataset back with tfds.builder_from_directory",
+    )
     p.set_defaults(func=run)
 
 
@@ -98,6 +103,17 @@ def run(args: argparse.Namespace) -> int:
         f"Recorded {args.episodes} episodes ({steps} transitions) in {elapsed:.2f}s "
         f"to {backend.data_directory}"
     )
+    if not args.no_load_back:
+        builder = tfds.builder_from_directory(str(backend.data_directory))
+        loaded_episodes = 0
+        loaded_steps = 0
+        for episode in builder.as_dataset(split="train"):
+            loaded_episodes += 1
+            loaded_steps += int(episode["steps"].cardinality())
+        print(
+            f"Loaded back with tfds.builder_from_directory: {loaded_episodes} episodes, "
+            f"{loaded_steps} steps in split 'train'"
+        )
     print("Load it with:")
     print("  import tensorflow_datasets as tfds")
     print(
