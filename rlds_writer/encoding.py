@@ -133,12 +133,33 @@ def compile_fields(features: Any) -> list[FieldSpec]:
             "RLDS features need a 'steps' tfds.features.Dataset at the top level, "
             f"got keys {sorted(features.keys())}"
         )
+    _check_readable(features)
     fields: list[FieldSpec] = []
     _walk(features[STEPS].feature, (STEPS,), True, fields)
     for name, sub in features.items():
         if name != STEPS:
             _walk(sub, (name,), False, fields)
     return fields
+
+
+def _check_readable(features: Any) -> None:
+    """Refuses features that TFDS would write but could never read back.
+
+    TFDS's reader (`example_parser`) handles at most one unknown dimension per
+    serialized tensor unless it is a nested (ragged) sequence; a per-step
+    `Tensor(shape=(None,))` becomes `(None, None)` inside `steps` and fails.
+    """
+    from tensorflow_datasets.core import utils as tfds_utils
+
+    flat = tfds_utils.flatten_nest_dict(features.get_serialized_info())
+    for key, info in flat.items():
+        shape = tuple(getattr(info, "shape", ()))
+        if shape.count(None) > 1 and getattr(info, "sequence_rank", 0) <= 1:
+            raise errors.SpecError(
+                f"{key}: TFDS cannot read back a tensor with more than one unknown "
+                f"dimension (serialized shape {shape}); a per-step Tensor with an unknown "
+                "dimension needs Tensor(..., encoding='zlib') or encoding='bytes'"
+            )
 
 
 def _walk(feature: Any, path: tuple[str, ...], in_steps: bool, out: list[FieldSpec]) -> None:

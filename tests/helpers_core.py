@@ -177,3 +177,83 @@ def assert_same(actual: Any, expected: Any, path: str = "") -> None:
     else:
         same = np.array_equal(a, e)
     assert same, f"{where}: {a!r} != {e!r}"
+
+
+_TEXT_ALPHABET = ["a", "b", "Z", " ", "é", "ß", "漢", "🙂", "\n", "0"]
+
+
+def random_text(rng: np.random.Generator, max_len: int = 6) -> str:
+    """A random unicode string, possibly empty."""
+    n = int(rng.integers(0, max_len + 1))
+    return "".join(_TEXT_ALPHABET[int(i)] for i in rng.integers(0, len(_TEXT_ALPHABET), n))
+
+
+def random_numbers(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """Random values of a numeric dtype, with the dtype's extremes mixed in."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape, dtype=np.int64))
+    if dtype.kind == "b":
+        flat = rng.integers(0, 2, size).astype(bool)
+    elif dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        flat = rng.integers(info.min, info.max, size, dtype=dtype, endpoint=True)
+        extremes = np.array([info.min, info.max, 0], dtype=dtype)
+        k = min(size, int(rng.integers(0, 4)))
+        flat[:k] = extremes[:k]
+    else:
+        flat = (rng.standard_normal(size) * 10.0 ** rng.integers(-3, 4, size)).astype(dtype)
+        specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.1], dtype=dtype)
+        k = min(size, int(rng.integers(0, 3)))
+        flat[:k] = specials[rng.integers(0, len(specials), k)]
+    return flat.reshape(shape)
+
+
+def random_value(feature: Any, rng: np.random.Generator) -> Any:
+    """A random value a user could record for a TFDS feature (or a nest of them)."""
+    import tensorflow_datasets as tfds
+
+    if isinstance(feature, Mapping | tfds.features.FeaturesDict):
+        return {k: random_value(v, rng) for k, v in feature.items()}
+    if isinstance(feature, tfds.features.Text):
+        return random_text(rng)
+    if isinstance(feature, tfds.features.ClassLabel):
+        index = int(rng.integers(feature.num_classes))
+        # TFDS accepts both the label's name and its index.
+        return feature.names[index] if rng.integers(2) else index
+    if isinstance(feature, tfds.features.Image):
+        shape = tuple(int(rng.integers(1, 6)) if d is None else d for d in feature.shape)
+        return rng.integers(0, 256, shape, dtype=np.uint8)
+    if not isinstance(feature, tfds.features.FeatureConnector):
+        feature = tfds.features.Tensor(shape=(), dtype=feature)
+    shape = tuple(int(rng.integers(0, 4)) if d is None else d for d in feature.shape)
+    dtype = np.dtype(feature.np_dtype)
+    if dtype.kind in "SUO":
+        return np.array(
+            [random_text(rng).encode() for _ in range(int(np.prod(shape, dtype=np.int64)))],
+            dtype=object,
+        ).reshape(shape)
+    return random_numbers(rng, shape, dtype)
+
+
+def random_episodes(
+    config: Any, rng: np.random.Generator, lengths: Sequence[int] = (1, 2, 4)
+) -> list[EpisodeSpec]:
+    """Random episodes for a config, one per entry of `lengths` (observations)."""
+    step_meta = config.step_metadata_info or {}
+    episode_meta = config.episode_metadata_info or {}
+    episodes = []
+    for i, n in enumerate(lengths):
+        episodes.append(
+            EpisodeSpec(
+                observations=[random_value(config.observation_info, rng) for _ in range(n)],
+                actions=[random_value(config.action_info, rng) for _ in range(n - 1)],
+                rewards=[random_value(config.reward_info, rng) for _ in range(n - 1)],
+                discounts=[random_value(config.discount_info, rng) for _ in range(n - 1)],
+                step_metadata=[random_value(step_meta, rng) for _ in range(n)]
+                if step_meta
+                else None,
+                episode_metadata=random_value(episode_meta, rng) if episode_meta else None,
+                terminated=bool(i % 2 == 0),
+            )
+        )
+    return episodes
