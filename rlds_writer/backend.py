@@ -106,9 +106,12 @@ class TFDSBackendWriter:
         step_metadata: Mapping[str, Any] | None = None,
     ) -> None:
         """Records action `a_t`, reward `r_t`, discount `d_t` and observation `o_{t+1}`."""
-        if self._buffer is None:
-            raise RuntimeError("add_step called outside an episode: call begin_episode first")
-        self._buffer.add(action, reward, discount, next_observation, step_metadata)
+        buffer = self._buffer
+        if buffer is None:
+            raise RuntimeError(
+                "add_step called outside an episode: call begin_episode (env.reset()) first"
+            )
+        buffer.add(action, reward, discount, next_observation, step_metadata)
 
     def set_episode_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Sets the current episode's metadata (a later call replaces it)."""

@@ -282,23 +282,54 @@ def bytes_feature(items: list[bytes]) -> bytes:
     return _len_delimited(b"\x0a", inner)
 
 
-def _fixed_bytes_feature(rows: np.ndarray) -> bytes:
-    """`bytes_feature` for equal-length rows, one memcpy instead of a join."""
+def _read_only(arr: np.ndarray) -> np.ndarray:
+    """A read-only view: parts are hashed by CRC32C, which takes read-only buffers."""
+    view = arr.view()
+    view.setflags(write=False)
+    return view
+
+
+# Rows at least this large are written as separate parts (no interleave copy).
+_ROW_PARTS_MIN = 4096
+
+
+def _fixed_bytes_parts(rows: np.ndarray) -> tuple[list[Any], int]:
+    """`bytes_feature` for equal-length rows, as parts: (parts, total length)."""
     n = rows.shape[0]
     width = int(np.prod(rows.shape[1:], dtype=np.int64)) * rows.dtype.itemsize
     if n == 0:
-        return _len_delimited(b"\x0a", b"")
-    header = np.frombuffer(b"\x0a" + _varint(width), dtype=np.uint8)
+        out = _len_delimited(b"\x0a", b"")
+        return [out], len(out)
+    row_header = b"\x0a" + _varint(width)
+    inner_len = n * (len(row_header) + width)
+    head = b"\x0a" + _varint(inner_len)
+    flat = np.ascontiguousarray(rows).reshape(n, -1).view(np.uint8)  # (n, width) bytes
+    if width >= _ROW_PARTS_MIN:
+        parts: list[Any] = [head]
+        rows_ro = _read_only(flat)
+        for i in range(n):
+            parts.append(row_header)
+            parts.append(rows_ro[i])
+        return parts, len(head) + inner_len
+    header = np.frombuffer(row_header, dtype=np.uint8)
     out = np.empty((n, header.size + width), dtype=np.uint8)
     out[:, : header.size] = header
-    out[:, header.size :] = np.ascontiguousarray(rows).reshape(n, -1).view(np.uint8)
-    return _len_delimited(b"\x0a", out.tobytes())
+    out[:, header.size :] = flat
+    return [head, out.tobytes()], len(head) + inner_len
 
 
 def map_entry(key: bytes, feature: bytes) -> bytes:
     """Returns one serialized `Features.feature` map entry."""
     entry = _len_delimited(b"\x0a", key) + _len_delimited(b"\x12", feature)
     return _len_delimited(b"\x0a", entry)
+
+
+def _map_entry_header(key: bytes, feature_len: int) -> bytes:
+    """The bytes of a map entry that precede its `Feature` value."""
+    key_part = _len_delimited(b"\x0a", key)
+    value_head = b"\x12" + _varint(feature_len)
+    entry_len = len(key_part) + len(value_head) + feature_len
+    return b"\x0a" + _varint(entry_len) + key_part + value_head
 
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -340,7 +371,18 @@ def _as_text_bytes(value: Any) -> bytes:
     return value.encode("utf-8")
 
 
-def encode_field(field: FieldSpec, values: Any) -> bytes:
+def _packed_parts(tag: bytes, payload: Any, payload_len: int) -> tuple[list[Any], int]:
+    """Parts of `Feature{<tag>: List{packed payload}}`."""
+    if payload_len == 0:
+        out = tag + b"\x00"
+        return [out], len(out)
+    inner_head = b"\x0a" + _varint(payload_len)
+    inner_len = len(inner_head) + payload_len
+    head = tag + _varint(inner_len) + inner_head
+    return [head, payload], len(head) + payload_len
+
+
+def encode_field_parts(field: FieldSpec, values: Any) -> tuple[list[Any], int]:
     """Encodes a column (per-step field) or a single value (episode field).
 
     Args:
@@ -350,31 +392,42 @@ def encode_field(field: FieldSpec, values: Any) -> bytes:
         field, one value already cast to the field's dtype.
 
     Returns:
-      The serialized `Feature` bytes (without the map entry around it).
+      The serialized `Feature` (without the map entry around it) as a list of
+      bytes-like parts, and its total length.
     """
     kind = field.kind
     if kind == FLOAT:
-        return float_feature(values)
+        payload = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
+        return _packed_parts(b"\x12", _read_only(payload.view(np.uint8)), payload.nbytes)
     if kind == INT:
         arr = np.asarray(values)
         if arr.dtype == np.uint64:
             arr = arr.view(np.int64)
-        return int64_feature(arr)
+        payload = encode_varints(arr)
+        return _packed_parts(b"\x1a", payload, len(payload))
+    if kind == BYTES and field.in_steps:
+        return _fixed_bytes_parts(np.asarray(values))
     if kind == TEXT:
-        if field.in_steps:
-            return bytes_feature([_as_text_bytes(v) for v in values])
-        return bytes_feature([_as_text_bytes(values)])
-    if kind == BYTES:
+        items = [_as_text_bytes(v) for v in values] if field.in_steps else [_as_text_bytes(values)]
+    elif kind == BYTES:
+        items = [np.asarray(values).tobytes()]
+    elif kind == ZLIB:
         arr = np.asarray(values)
-        if not field.in_steps:
-            return bytes_feature([arr.tobytes()])
-        return _fixed_bytes_feature(arr)
-    if kind == ZLIB:
-        arr = np.asarray(values)
-        if not field.in_steps:
-            return bytes_feature([zlib.compress(arr.tobytes())])
-        return bytes_feature([zlib.compress(row.tobytes()) for row in arr])
-    raise errors.EncodingError(f"{field.key}: kind {kind} has no direct encoder")
+        items = (
+            [zlib.compress(row.tobytes()) for row in arr]
+            if field.in_steps
+            else [zlib.compress(arr.tobytes())]
+        )
+    else:
+        raise errors.EncodingError(f"{field.key}: kind {kind} has no direct encoder")
+    out = bytes_feature(items)
+    return [out], len(out)
+
+
+def encode_field(field: FieldSpec, values: Any) -> bytes:
+    """Like `encode_field_parts`, joined into one bytes object."""
+    parts, _ = encode_field_parts(field, values)
+    return b"".join(parts)
 
 
 class EpisodeEncoder:
@@ -416,20 +469,32 @@ class EpisodeEncoder:
         Returns:
           The serialized `tf.train.Example`.
         """
-        parts = []
+        parts, _ = self.encode_parts(columns, episode_values)
+        return b"".join(parts)
+
+    def encode_parts(
+        self, columns: Mapping[str, Any], episode_values: Mapping[str, Any]
+    ) -> tuple[list[Any], int]:
+        """Like `encode`, as bytes-like parts (no large copies) and their total length."""
+        entries: list[Any] = []
+        total = 0
         for field in self.fields:
-            if field.kind == FALLBACK:
-                continue
             values = columns[field.key] if field.in_steps else episode_values[field.key]
+            if field.kind == FALLBACK:
+                entry = self._encode_fallback(field, values)
+                entries.append(entry)
+                total += len(entry)
+                continue
             try:
-                feature_bytes = encode_field(field, values)
+                feature_parts, feature_len = encode_field_parts(field, values)
             except Exception as e:  # noqa: BLE001
                 raise errors.EncodingError(f"{field.key}: could not encode ({e})") from e
-            parts.append(map_entry(self._keys[field.key], feature_bytes))
-        for field in self._fallback:
-            values = columns[field.key] if field.in_steps else episode_values[field.key]
-            parts.append(self._encode_fallback(field, values))
-        return wrap_example(b"".join(parts))
+            header = _map_entry_header(self._keys[field.key], feature_len)
+            entries.append(header)
+            entries.extend(feature_parts)
+            total += len(header) + feature_len
+        head = b"\x0a" + _varint(total)
+        return [head, *entries], len(head) + total
 
     def _sequence_info(self, field: FieldSpec) -> Any:
         import tensorflow_datasets as tfds

@@ -38,8 +38,6 @@ IS_TERMINAL = "is_terminal"
 _FLAGS = (IS_FIRST, IS_LAST, IS_TERMINAL)
 _TRANSITION = (ACTION, REWARD, DISCOUNT)
 
-_PY_SCALARS = (float, int, bool)
-
 
 def _describe(value: Any) -> str:
     """Describes a received value as `dtype[shape]` or its Python type."""
@@ -129,36 +127,148 @@ def _check_fallback(field: encoding.FieldSpec, value: Any) -> Any:
     return value
 
 
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+
+def _fast_scalar_types(dtype: np.dtype) -> frozenset:
+    """Scalar types that `np.array(v, dtype)` casts without loss of validity.
+
+    Values of these types are appended to a list as they are and converted in
+    one vectorised call at episode end; anything else is validated per step.
+    """
+    if dtype.kind == "b":
+        return frozenset((bool, np.bool_))
+    if dtype.kind == "f":
+        return frozenset((float, int, np.float64, np.float32, np.float16, np.int64, np.int32))
+    if dtype == np.int64:
+        # Python ints outside int64 are caught at episode end (see _ScalarColumn).
+        return frozenset(
+            (int, np.int64, np.int32, np.int16, np.int8, np.uint8, np.uint16, np.uint32)
+        )
+    return frozenset((dtype.type,))
+
+
+class _ScalarColumn:
+    """A scalar numeric field: a list of Python/numpy scalars, cast at episode end."""
+
+    __slots__ = ("field", "dtype", "items", "_fast", "append")
+
+    def __init__(self, field: encoding.FieldSpec, pool: _BufferPool | None = None):
+        self.field = field
+        self.dtype = field.dtype
+        self.items: list[Any] = []
+        self._fast = _fast_scalar_types(self.dtype)
+        self.append = self._append  # bound once: the step loop calls it directly
+
+    def _append(self, value: Any) -> None:
+        if type(value) not in self._fast:
+            value = cast_value(self.field, value)
+        self.items.append(value)
+
+    @property
+    def n(self) -> int:
+        return len(self.items)
+
+    def truncate(self, n: int) -> None:
+        del self.items[n:]
+
+    def values(self) -> np.ndarray:
+        try:
+            return np.array(self.items, dtype=self.dtype)
+        except OverflowError:
+            for i, v in enumerate(self.items):
+                if type(v) is int and not _INT64_MIN <= v <= _INT64_MAX:
+                    raise StepValueError(
+                        self.field.key,
+                        f"step {i}: expected {self.field.describe()}, got int {v} "
+                        "(out of int64 range)",
+                    ) from None
+            raise
+
+
+class _BufferPool:
+    """Recycles column buffers between episodes.
+
+    Fresh multi-megabyte allocations cost a page fault per 4 KiB page, which
+    for image observations costs more than the copy itself; buffers of
+    finished episodes are returned here by the writer thread once encoded.
+    """
+
+    def __init__(self, max_per_key: int = 4):
+        self._free: dict[str, list[np.ndarray]] = {}
+        self._max = max_per_key
+
+    def take(self, key: str, min_capacity: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        free = self._free.get(key)
+        while free:
+            try:
+                buf = free.pop()
+            except IndexError:
+                break
+            if buf.shape[0] >= min_capacity:
+                return buf
+        return np.empty((min_capacity,) + shape, dtype=dtype)
+
+    def give(self, key: str, buf: np.ndarray) -> None:
+        free = self._free.setdefault(key, [])
+        if len(free) < self._max:
+            free.append(buf)
+
+
 class _ArrayColumn:
-    """A growing numpy array holding one fixed-shape numeric field."""
+    """A fixed-shape tensor field: one row per step, stacked at episode end.
 
-    __slots__ = ("field", "shape", "dtype", "buf", "n", "_fast_scalar")
+    Small rows are kept as copies in a list (a copy is cheaper than numpy's
+    row assignment) and stacked once at episode end into a recycled buffer;
+    large rows (images) are copied straight into a recycled, growing buffer.
+    Either way a row is copied when appended, so envs may reuse their arrays.
+    """
 
-    def __init__(self, field: encoding.FieldSpec, capacity: int = 32):
+    __slots__ = ("field", "shape", "dtype", "buf", "n", "rows", "append", "_pool")
+
+    # Rows at least this large go straight into the buffer.
+    LARGE_ROW = 16384
+
+    def __init__(
+        self, field: encoding.FieldSpec, pool: _BufferPool | None = None, capacity: int = 64
+    ):
         self.field = field
         self.shape = field.shape
         self.dtype = field.dtype
-        self.buf = np.empty((capacity,) + self.shape, dtype=self.dtype)
+        self._pool = pool
         self.n = 0
-        # Python scalars cast exactly as np.array(v, dtype) would, so they can be
-        # stored directly into a scalar column.
-        self._fast_scalar = self.shape == () and self.dtype.kind != "b"
+        self.rows: list[np.ndarray] | None = None
+        self.buf: np.ndarray | None = None
+        row_bytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        if row_bytes >= self.LARGE_ROW:
+            self.buf = self._take(capacity)
+            self.append = self._append_to_buffer
+        else:
+            self.rows = []
+            self.append = self._append_to_list
 
-    def append(self, value: Any) -> None:
-        if type(value) is np.ndarray:
-            if value.dtype != self.dtype or value.shape != self.shape:
-                cast_value(self.field, value)  # raises with a full message
-        elif not (self._fast_scalar and type(value) in _PY_SCALARS):
+    def _take(self, capacity: int) -> np.ndarray:
+        if self._pool is not None:
+            return self._pool.take(self.field.key, capacity, self.shape, self.dtype)
+        return np.empty((capacity,) + self.shape, dtype=self.dtype)
+
+    def _append_to_list(self, value: Any) -> None:
+        if type(value) is np.ndarray and value.dtype is self.dtype and value.shape == self.shape:
+            self.rows.append(value.copy())
+        else:
+            self.rows.append(np.array(cast_value(self.field, value)))
+        self.n += 1
+
+    def _append_to_buffer(self, value: Any) -> None:
+        if not (
+            type(value) is np.ndarray and value.dtype is self.dtype and value.shape == self.shape
+        ):
             value = cast_value(self.field, value)
         n = self.n
         if n == self.buf.shape[0]:
             self._grow()
-        try:
-            self.buf[n] = value
-        except (TypeError, ValueError, OverflowError) as e:
-            raise StepValueError(
-                self.field.key, f"expected {self.field.describe()}, got {_describe(value)} ({e})"
-            ) from None
+        self.buf[n] = value
         self.n = n + 1
 
     def _grow(self) -> None:
@@ -167,27 +277,37 @@ class _ArrayColumn:
         self.buf = new
 
     def truncate(self, n: int) -> None:
+        if self.rows is not None:
+            del self.rows[n:]
         self.n = min(self.n, n)
 
     def values(self) -> np.ndarray:
+        if self.rows is not None:
+            self.buf = self._take(self.n)
+            out = self.buf[: self.n]
+            if self.n:
+                np.stack(self.rows, out=out)
+            self.rows = []
+            return out
         return self.buf[: self.n]
 
 
 class _ListColumn:
-    """A list holding one text or fallback field."""
+    """A text or fallback field: a list of values."""
 
-    __slots__ = ("field", "items", "_is_text")
+    __slots__ = ("field", "items", "_is_text", "append")
 
-    def __init__(self, field: encoding.FieldSpec):
+    def __init__(self, field: encoding.FieldSpec, pool: _BufferPool | None = None):
         self.field = field
         self.items: list[Any] = []
         self._is_text = field.kind == encoding.TEXT
+        self.append = self._append
 
     @property
     def n(self) -> int:
         return len(self.items)
 
-    def append(self, value: Any) -> None:
+    def _append(self, value: Any) -> None:
         if not (self._is_text and type(value) in (str, bytes)):
             value = cast_value(self.field, value)
         self.items.append(value)
@@ -199,9 +319,17 @@ class _ListColumn:
         return self.items
 
 
-def _make_column(field: encoding.FieldSpec) -> _ArrayColumn | _ListColumn:
+def _skip(value: Any) -> None:
+    """Appender for a group the dataset does not store (e.g. no discount)."""
+
+
+def _make_column(
+    field: encoding.FieldSpec, pool: _BufferPool | None, capacity: int
+) -> _ArrayColumn | _ScalarColumn | _ListColumn:
+    if field.kind in (encoding.FLOAT, encoding.INT) and field.shape == ():
+        return _ScalarColumn(field)
     if field.kind in (encoding.FLOAT, encoding.INT, encoding.BYTES, encoding.ZLIB):
-        return _ArrayColumn(field)
+        return _ArrayColumn(field, pool, capacity)
     return _ListColumn(field)
 
 
@@ -257,12 +385,29 @@ class Episode:
       num_steps: number of steps.
     """
 
-    __slots__ = ("columns", "episode_values", "num_steps")
+    __slots__ = ("columns", "episode_values", "num_steps", "_buffers", "_layout")
 
-    def __init__(self, columns: dict[str, Any], episode_values: dict[str, Any], num_steps: int):
+    def __init__(
+        self,
+        columns: dict[str, Any],
+        episode_values: dict[str, Any],
+        num_steps: int,
+        buffers: dict[str, np.ndarray] | None = None,
+        layout: StepLayout | None = None,
+    ):
         self.columns = columns
         self.episode_values = episode_values
         self.num_steps = num_steps
+        self._buffers = buffers or {}
+        self._layout = layout
+
+    def release(self) -> None:
+        """Returns the column buffers for reuse; the columns must not be used after."""
+        if self._layout is not None:
+            for key, buf in self._buffers.items():
+                self._layout.pool.give(key, buf)
+        self._buffers = {}
+        self.columns = {}
 
 
 class StepLayout:
@@ -286,6 +431,9 @@ class StepLayout:
         self.flag_keys = {name: f"{encoding.STEPS}/{name}" for name in _FLAGS if name in groups}
         self.zeros = {f.key: f.zero() for f in step_fields if f.path[1] in _TRANSITION}
         self._warned_missing_episode = False
+        self.pool = _BufferPool()
+        # Typical episode length, so recycled or new buffers rarely grow.
+        self.capacity_hint = 64
 
     def new_buffer(self) -> EpisodeBuffer:
         return EpisodeBuffer(self)
@@ -306,7 +454,7 @@ class EpisodeBuffer:
         self._transition_columns: list[Any] = []
 
         def leaf(field: encoding.FieldSpec) -> Callable[[Any], None]:
-            column = _make_column(field)
+            column = _make_column(field, layout.pool, layout.capacity_hint)
             self.columns[field.key] = column
             return column.append
 
@@ -321,10 +469,10 @@ class EpisodeBuffer:
             target.extend(self.columns[k] for k in self.columns if k not in before)
             return appender
 
-        self._obs = group(OBSERVATION, self._obs_columns)
-        self._action = group(ACTION, self._transition_columns)
-        self._reward = group(REWARD, self._transition_columns)
-        self._discount = group(DISCOUNT, self._transition_columns)
+        self._obs = group(OBSERVATION, self._obs_columns) or _skip
+        self._action = group(ACTION, self._transition_columns) or _skip
+        self._reward = group(REWARD, self._transition_columns) or _skip
+        self._discount = group(DISCOUNT, self._transition_columns) or _skip
         meta_tree = {k: groups[k] for k in layout.metadata_keys}
         before = set(self.columns)
         self._meta = (
@@ -355,42 +503,50 @@ class EpisodeBuffer:
         step_metadata: Mapping[str, Any] | None = None,
     ) -> None:
         """Records one transition: `a_t, r_t, d_t` and the observation `o_{t+1}`."""
-        if not self.num_steps:
+        n = self.num_steps
+        if not n:
             raise RuntimeError("EpisodeBuffer.add called before start")
-        n = self.num_steps
         try:
-            if self._action is not None:
-                self._action(action)
-            if self._reward is not None:
-                self._reward(reward)
-            if self._discount is not None:
-                self._discount(discount)
-        except Exception:
-            self._rollback(n)
-            raise
-        self._append_observation(next_observation, step_metadata)
-
-    def _append_observation(self, observation: Any, step_metadata: Any) -> None:
-        n = self.num_steps
-        try:
-            if self._obs is not None:
-                self._obs(observation)
+            self._action(action)
+            self._reward(reward)
+            self._discount(discount)
+            self._obs(next_observation)
             if self._meta is not None:
-                if step_metadata is None:
-                    raise StepValueError(
-                        f"{encoding.STEPS}/<step metadata>",
-                        f"expected a dict with keys {sorted(self.layout.metadata_keys)}, got None",
-                    )
-                self._meta(step_metadata)
+                self._append_metadata(step_metadata)
             elif step_metadata:
-                raise StepValueError(
-                    f"{encoding.STEPS}/<step metadata>",
-                    f"the dataset declares no step metadata, got keys {sorted(step_metadata)}",
-                )
+                self._reject_metadata(step_metadata)
         except Exception:
             self._rollback(n)
             raise
         self.num_steps = n + 1
+
+    def _append_observation(self, observation: Any, step_metadata: Any) -> None:
+        n = self.num_steps
+        try:
+            self._obs(observation)
+            if self._meta is not None:
+                self._append_metadata(step_metadata)
+            elif step_metadata:
+                self._reject_metadata(step_metadata)
+        except Exception:
+            self._rollback(n)
+            raise
+        self.num_steps = n + 1
+
+    def _append_metadata(self, step_metadata: Any) -> None:
+        if step_metadata is None:
+            raise StepValueError(
+                f"{encoding.STEPS}/<step metadata>",
+                f"expected a dict with keys {sorted(self.layout.metadata_keys)}, got None",
+            )
+        self._meta(step_metadata)
+
+    def _reject_metadata(self, step_metadata: Any) -> None:
+        keys = sorted(step_metadata) if isinstance(step_metadata, Mapping) else step_metadata
+        raise StepValueError(
+            f"{encoding.STEPS}/<step metadata>",
+            f"the dataset declares no step metadata, got {keys!r:.80}",
+        )
 
     def _rollback(self, n_steps: int) -> None:
         for column in self._obs_columns:
@@ -431,10 +587,14 @@ class EpisodeBuffer:
             if column.n == n - 1:
                 column.append(zero)
         out: dict[str, Any] = {}
+        buffers: dict[str, np.ndarray] = {}
         for key, column in self.columns.items():
             if column.n != n:
                 raise RuntimeError(f"internal: column {key} has {column.n} values for {n} steps")
             out[key] = column.values()
+            if type(column) is _ArrayColumn:
+                buffers[key] = column.buf
+        layout.capacity_hint = max(layout.capacity_hint, n)
         flags = layout.flag_keys
         if IS_FIRST in flags:
             first = np.zeros(n, dtype=np.bool_)
@@ -460,4 +620,5 @@ class EpisodeBuffer:
                 layout._warned_missing_episode = True
             for key in missing:
                 episode_values[key] = layout.episode_fields[key].zero()
-        return Episode(out, episode_values, n)
+        self.columns = {}
+        return Episode(out, episode_values, n, buffers, layout)

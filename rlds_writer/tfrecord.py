@@ -51,6 +51,21 @@ def frame_parts(record: bytes) -> tuple[bytes, bytes]:
     return header, _CRC.pack(masked_crc32c(record))
 
 
+def frame_parts_of(parts: list, length: int) -> tuple[bytes, bytes]:
+    """Returns (header, footer) for a record given as parts.
+
+    Parts are `bytes` or read-only numpy uint8 arrays (CRC32C hashes them in
+    place, without a copy).
+    """
+    header = _LEN.pack(length)
+    header += _CRC.pack(masked_crc32c(header))
+    crc = 0
+    for part in parts:
+        crc = google_crc32c.extend(crc, part)
+    masked = (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    return header, _CRC.pack(masked)
+
+
 class CorruptRecordError(IOError):
     """A TFRecord record failed its length or CRC check.
 

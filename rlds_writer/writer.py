@@ -53,36 +53,64 @@ class ShardFile:
         self.fsync = fsync
         self.num_records = 0
         self.num_bytes = 0
+        self._fd: int | None = None
         if file_format == "tfrecord":
             if layout.is_local(path):
-                self._f = open(path, "xb", buffering=1 << 20)  # noqa: SIM115
+                # Unbuffered: each record goes to the OS in one writev call, so a
+                # written record is already "flushed".
+                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                self._f = None
+                if fsync:  # make the new directory entry durable too
+                    from rlds_writer.recovery import fsync_directory
+
+                    fsync_directory(path.parent)
             else:
                 self._f = path.open("wb")
         elif file_format == "array_record":
             from array_record.python import array_record_module
 
+            if path.exists():  # its writer would silently truncate the file
+                raise FileExistsError(f"shard file {path} already exists")
             self._f = array_record_module.ArrayRecordWriter(os.fspath(path), "group_size:1")
         else:
             raise ValueError(
                 f"file_format must be one of {layout.FILE_FORMATS}, got {file_format!r}"
             )
 
-    def write(self, record: bytes) -> None:
+    def write(self, record: bytes | list[Any], length: int | None = None) -> None:
+        """Appends one record.
+
+        Args:
+          record: the serialized record, or a list of bytes-like parts that
+            concatenate to it (avoids copying large episodes).
+          length: total length of the parts (computed if not given).
+        """
+        parts = [record] if isinstance(record, bytes | bytearray | memoryview) else record
+        if length is None:
+            length = sum(len(p) for p in parts)
         if self.file_format == "tfrecord":
             from rlds_writer import tfrecord
 
-            header, footer = tfrecord.frame_parts(record)
-            self._f.write(header)
-            self._f.write(record)
-            self._f.write(footer)
+            header, footer = tfrecord.frame_parts_of(parts, length)
+            if self._fd is not None:
+                _writev_all(self._fd, [header, *parts, footer])
+            else:
+                self._f.write(header)
+                for part in parts:
+                    self._f.write(part)
+                self._f.write(footer)
         else:
-            self._f.write(record)
+            self._f.write(parts[0] if len(parts) == 1 else b"".join(parts))
         self.num_records += 1
-        self.num_bytes += len(record)
+        self.num_bytes += length
 
     def flush(self) -> None:
         """Hands everything written so far to the OS (and to the disk with fsync)."""
         if self.file_format == "tfrecord":
+            if self._fd is not None:
+                if self.fsync:
+                    os.fsync(self._fd)
+                return
             self._f.flush()
             if self.fsync and hasattr(self._f, "fileno"):
                 os.fsync(self._f.fileno())
@@ -90,15 +118,43 @@ class ShardFile:
     def close(self) -> None:
         if self.file_format == "tfrecord":
             self.flush()
-            self._f.close()
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                os.close(fd)
+            else:
+                self._f.close()
         else:
             self._f.close()
             if self.fsync and layout.is_local(self.path):
+                from rlds_writer.recovery import fsync_directory
+
                 fd = os.open(self.path, os.O_RDONLY)
                 try:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
+                fsync_directory(self.path.parent)
+
+
+_IOV_MAX = 1024
+
+
+def _writev_all(fd: int, parts: list[Any]) -> None:
+    """Writes all parts with as few syscalls as possible, handling short writes."""
+    views = [memoryview(p).cast("B") if not isinstance(p, bytes) else p for p in parts]
+    i = 0
+    while i < len(views):
+        batch = views[i : i + _IOV_MAX]
+        written = os.writev(fd, batch)
+        for part in batch:
+            size = len(part)
+            if written >= size:
+                written -= size
+                i += 1
+            else:
+                # Short write: keep the unwritten tail of this part.
+                views[i] = memoryview(part)[written:]
+                break
 
 
 def open_shard(path: epath.Path, file_format: str, fsync: bool) -> ShardFile:
@@ -118,8 +174,10 @@ class _SplitState:
     def committed(self) -> tuple[list[int], int]:
         lengths = list(self.lengths)
         nbytes = self.num_bytes
-        if self.shard is not None and self.shard.num_records:
-            lengths.append(self.shard.num_records)
+        # An open array_record shard cannot be read until it is closed: list it then.
+        shard = self.shard
+        if shard is not None and shard.num_records and shard.file_format == "tfrecord":
+            lengths.append(shard.num_records)
             nbytes += self.shard.num_bytes
         return lengths, nbytes
 
@@ -297,9 +355,15 @@ class DatasetWriter:
     def _open_for_append(self) -> dict[str, _SplitState]:
         from rlds_writer import recovery
 
-        report = recovery.recover(self.path, _locked=True)
+        # Headers of every record are checked; data CRCs only in each split's last
+        # shard (where a crash tears) and in shards whose count is off.
+        report = recovery.recover(self.path, verify_data=False, _locked=True)
         if report.changed:
             _log.warning("recovered %s before appending: %s", self.path, report.summary())
+        if not (self.path / layout.DATASET_INFO).exists():
+            # Its creation was interrupted before any episode: start it afresh.
+            self._create()
+            return {self.default_split: _SplitState(self.default_split, [], 0)}
         existing = layout.read_json(self.path / layout.DATASET_INFO)
         problems = []
         if existing.get("name") != self.name:
@@ -316,6 +380,9 @@ class DatasetWriter:
             raise IncompatibleDatasetError(f"cannot append to {self.path}: " + "; ".join(problems))
         self._info_json = existing
         if self._metadata is not None:
+            if (self.path / layout.METADATA).exists():
+                # Keep the keys earlier runs recorded; the new ones win.
+                self._metadata = {**layout.read_json(self.path / layout.METADATA), **self._metadata}
             self._write_metadata(self._metadata)
         splits = {
             name: _SplitState(name, lengths, nbytes)
@@ -418,6 +485,8 @@ class DatasetWriter:
                 continue
             kind, payload = item
             if kind == _CLOSE:
+                if self._error is not None:
+                    self._close_shards_after_failure()
                 self._guarded(self._finish)
                 payload.set()
                 return
@@ -438,7 +507,7 @@ class DatasetWriter:
             self._error = e
 
     def _write_episode(self, split: str, episode: steps.Episode) -> None:
-        record = self.encoder.encode(episode.columns, episode.episode_values)
+        parts, length = self.encoder.encode_parts(episode.columns, episode.episode_values)
         state = self._splits.get(split)
         if state is None:
             state = self._splits[split] = _SplitState(split, [], 0)
@@ -446,11 +515,13 @@ class DatasetWriter:
             index = len(state.lengths)
             path = self.path / layout.shard_name(self.name, split, self.file_format, index)
             state.shard = open_shard(path, self.file_format, self.fsync)
-        state.shard.write(record)
+        state.shard.write(parts, length)
         state.shard.flush()
+        del parts
+        episode.release()
         self.episodes_written += 1
         self.steps_written += episode.num_steps
-        self.bytes_written += len(record)
+        self.bytes_written += length
         self._dirty = True
         if state.shard.num_records >= self.max_episodes_per_file:
             self._rotate(state)
@@ -467,9 +538,26 @@ class DatasetWriter:
 
     def _flush_and_commit(self) -> None:
         for state in self._splits.values():
-            if state.shard is not None:
+            if state.shard is None:
+                continue
+            if state.shard.file_format == "array_record":
+                # array_record cannot flush an open file; closing it is the only way
+                # to make its episodes durable (and readable).
+                self._rotate(state)
+            else:
                 state.shard.flush()
         self._commit()
+
+    def _close_shards_after_failure(self) -> None:
+        """Closes the open shards, best effort, so that their complete records reach
+        the OS; `dataset_info.json` is left to `recover`."""
+        for state in self._splits.values():
+            shard, state.shard = state.shard, None
+            if shard is not None:
+                try:
+                    shard.close()
+                except Exception as e:  # noqa: BLE001 - the first error is the one raised
+                    _log.error("closing %s after the failure failed too: %r", shard.path, e)
 
     def _finish(self) -> None:
         for state in self._splits.values():
@@ -497,7 +585,9 @@ class DatasetWriter:
     def _write_metadata(self, metadata: Mapping[str, Any]) -> None:
         import json
 
-        layout.atomic_write_text(self.path / layout.METADATA, json.dumps(metadata, indent=2))
+        layout.atomic_write_text(
+            self.path / layout.METADATA, json.dumps(metadata, indent=2), fsync=self.fsync
+        )
 
 
 def features_diff(old: Any, new: Any, path: str = "") -> list[str]:
