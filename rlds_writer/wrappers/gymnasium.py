@@ -408,8 +408,9 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
     ) -> tuple[Any, dict[str, Any]]:
         from gymnasium.vector.utils import iterate
 
-        obs, infos = self.env.reset(seed=seed, options=options)
+        # Read the mask first: the vector env pops it from `options`.
         mask = (options or {}).get("reset_mask")
+        obs, infos = self.env.reset(seed=seed, options=options)
         for i, obs_i in enumerate(iterate(self.env.observation_space, obs)):
             if mask is not None and not mask[i]:
                 continue

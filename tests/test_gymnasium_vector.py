@@ -1,0 +1,148 @@
+"""Recording Gymnasium vector envs: every sub-env's episodes, aligned, in both autoreset modes.
+
+The reference plays 4 separate CartPole envs with the same seeds and the
+actions each sub-env actually received (in `next_step` mode the action given
+on a sub-env's autoreset step is ignored by the vector env, so the
+reference resets instead of stepping there).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from rlds_writer.wrappers.gymnasium import RecordRLDSVector
+
+NUM_ENVS = 4
+SEED = 7
+STEPS = 120
+
+
+class _StepCount(gym.Wrapper):
+    """Adds `info["t"]` (the step index in the episode; 0 at reset)."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.t = 0
+        return obs, {**info, "t": 0}
+
+    def step(self, action):
+        obs, r, te, tr, info = self.env.step(action)
+        self.t += 1
+        return obs, r, te, tr, {**info, "t": self.t}
+
+
+def make_env() -> gym.Env:
+    return _StepCount(gym.make("CartPole-v1", max_episode_steps=20))
+
+
+def reference(actions: np.ndarray, mode: AutoresetMode) -> list[dict[str, Any]]:
+    """Episodes of each sub-env played separately."""
+    episodes = []
+    for i in range(NUM_ENVS):
+        env = make_env()
+        obs, info = env.reset(seed=SEED + i)
+        ep = {"obs": [obs], "actions": [], "rewards": [], "t": [info["t"]], "terminated": False}
+        autoreset = False
+        for step_actions in actions:
+            if autoreset:  # next_step mode: the vector env resets instead of stepping
+                obs, info = env.reset()
+                ep = {"obs": [obs], "actions": [], "rewards": [], "t": [info["t"]]}
+                ep["terminated"] = False
+                autoreset = False
+                continue
+            a = int(step_actions[i])
+            obs, r, te, tr, info = env.step(a)
+            ep["obs"].append(obs)
+            ep["actions"].append(a)
+            ep["rewards"].append(r)
+            ep["t"].append(info["t"])
+            if te or tr:
+                ep["terminated"] = te
+                episodes.append(ep)
+                if mode == AutoresetMode.NEXT_STEP:
+                    autoreset = True
+                else:
+                    obs, info = env.reset()
+                    ep = {"obs": [obs], "actions": [], "rewards": [], "t": [info["t"]]}
+                    ep["terminated"] = False
+        if not autoreset:
+            episodes.append(ep)  # open at close: recorded cut short
+    return episodes
+
+
+def load(path: Any) -> list[dict[str, Any]]:
+    builder = tfds.builder_from_directory(os.fspath(path))
+    out = []
+    for episode in tfds.as_numpy(builder.as_dataset(split="train")):
+        out.append({"steps": [dict(s) for s in episode["steps"]]})
+    return out
+
+
+def key(obs0: np.ndarray) -> bytes:
+    return np.asarray(obs0, np.float32).tobytes()
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_vector_env_records_each_sub_env_episode_aligned(tmp_path, mode):
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 2, size=(STEPS, NUM_ENVS))
+    want = reference(actions, mode)
+
+    venv = SyncVectorEnv([make_env] * NUM_ENVS, autoreset_mode=mode)
+    env = RecordRLDSVector(venv, tmp_path / "ds", info_keys=["t"])
+    env.reset(seed=SEED)
+    for step_actions in actions:
+        env.step(step_actions)
+    env.close()
+
+    got = load(tmp_path / "ds")
+    assert len(got) == len(want)
+    # Several sub-envs finish episodes in one step; match episodes by their first observation.
+    want_by_key = {key(w["obs"][0]): w for w in want}
+    assert len(want_by_key) == len(want)
+    for g in got:
+        steps = g["steps"]
+        w = want_by_key.pop(key(steps[0]["observation"]))
+        n = len(w["obs"])
+        assert len(steps) == n
+        np.testing.assert_array_equal(np.stack([s["observation"] for s in steps]), w["obs"])
+        assert [int(s["action"]) for s in steps[:-1]] == w["actions"]
+        assert [float(s["reward"]) for s in steps[:-1]] == w["rewards"]
+        # The autoreset step never leaks in: step metadata counts 0..T in every episode.
+        assert [int(s["t"]) for s in steps] == w["t"] == list(range(n))
+        assert steps[-1]["action"] == 0 and steps[-1]["reward"] == 0
+        assert [bool(s["is_first"]) for s in steps] == [True] + [False] * (n - 1)
+        assert [bool(s["is_last"]) for s in steps] == [False] * (n - 1) + [True]
+        assert bool(steps[-1]["is_terminal"]) == w["terminated"]
+    assert not want_by_key
+    # Episodes ended in all three ways: termination, truncation (20 steps), cut short at close.
+    assert any(w["terminated"] for w in want)
+    assert any(len(w["obs"]) == 21 and not w["terminated"] for w in want)
+
+
+def test_vector_env_disabled_autoreset_records_after_masked_reset(tmp_path):
+    venv = SyncVectorEnv([make_env] * 2, autoreset_mode=AutoresetMode.DISABLED)
+    env = RecordRLDSVector(venv, tmp_path / "ds", info_keys=["t"])
+    env.reset(seed=0)
+    lengths = [0, 0]
+    finished = []
+    for _ in range(60):
+        _, _, te, tr, _ = env.step(np.array([0, 1]))
+        lengths = [n + 1 for n in lengths]
+        done = np.logical_or(te, tr)
+        if done.any():
+            finished += [lengths[i] for i in np.flatnonzero(done)]
+            env.reset(options={"reset_mask": done})
+            lengths = [0 if d else n for n, d in zip(lengths, done)]
+    env.close()
+    got = load(tmp_path / "ds")
+    assert sorted(len(g["steps"]) for g in got) == sorted([n + 1 for n in finished + lengths])
+    for g in got:
+        assert [int(s["t"]) for s in g["steps"]] == list(range(len(g["steps"])))
