@@ -34,6 +34,7 @@ INT = "int"  # Tensor of an integer or bool dtype, stored as int64_list.
 BYTES = "bytes"  # Tensor(encoding=BYTES): one bytes entry per value.
 ZLIB = "zlib"  # Tensor(encoding=ZLIB): zlib-compressed raw bytes per value.
 TEXT = "text"  # Text or string scalar: one utf-8 bytes entry per value.
+PNG = "png"  # Image(encoding_format="png") of uint8: PNG-encoded with Pillow, in a pool.
 FALLBACK = "fallback"  # Anything else: TFDS's own encoder.
 
 STEPS = "steps"
@@ -189,6 +190,8 @@ def _classify(feature: Any) -> tuple[str, tuple, np.dtype | None]:
 
     if type(feature) is tfds.features.Text:
         return TEXT, (), None
+    if type(feature) is tfds.features.Image and _png_compatible(feature):
+        return PNG, tuple(feature.shape), np.dtype(np.uint8)
     if type(feature) in (tfds.features.Tensor, tfds.features.Scalar):
         shape = tuple(feature.shape)
         info = feature.get_tensor_info()
@@ -211,6 +214,32 @@ def _classify(feature: Any) -> tuple[str, tuple, np.dtype | None]:
     if isinstance(info, Mapping):
         return FALLBACK, (), None
     return FALLBACK, tuple(info.shape), None
+
+
+def _png_compatible(feature: Any) -> bool:
+    """PNG is lossless, so any encoder decodes to the same pixels as TFDS's."""
+    shape = tuple(feature.shape)
+    return (
+        feature.encoding_format == "png"
+        and np.dtype(feature.np_dtype) == np.uint8
+        and len(shape) == 3
+        and shape[-1] in (1, 3, 4)
+    )
+
+
+def encode_png(image: np.ndarray) -> bytes:
+    """PNG-encodes a uint8 (H, W, C) image with Pillow (releases the GIL)."""
+    import io
+
+    from PIL import Image
+
+    if image.shape[-1] == 1:
+        pil = Image.fromarray(image[:, :, 0], mode="L")
+    else:
+        pil = Image.fromarray(image)
+    out = io.BytesIO()
+    pil.save(out, format="PNG", compress_level=6)
+    return out.getvalue()
 
 
 # --------------------------------------------------------------------------
@@ -448,7 +477,7 @@ class EpisodeEncoder:
         self._fallback = [f for f in self.fields if f.kind == FALLBACK]
         self._fallback_serializers: dict[str, Any] = {}
         self._pool = None
-        if image_workers and any(f.in_steps for f in self._fallback):
+        if image_workers and any(f.in_steps and f.kind in (FALLBACK, PNG) for f in self.fields):
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(image_workers, thread_name_prefix="rlds_writer_encode")
@@ -486,7 +515,10 @@ class EpisodeEncoder:
                 total += len(entry)
                 continue
             try:
-                feature_parts, feature_len = encode_field_parts(field, values)
+                if field.kind == PNG:
+                    feature_parts, feature_len = self._encode_png_field(field, values)
+                else:
+                    feature_parts, feature_len = encode_field_parts(field, values)
             except Exception as e:  # noqa: BLE001
                 raise errors.EncodingError(f"{field.key}: could not encode ({e})") from e
             header = _map_entry_header(self._keys[field.key], feature_len)
@@ -495,6 +527,20 @@ class EpisodeEncoder:
             total += len(header) + feature_len
         head = b"\x0a" + _varint(total)
         return [head, *entries], len(head) + total
+
+    def _encode_png_field(self, field: FieldSpec, values: Any) -> tuple[list[Any], int]:
+        def encode_one(value: Any) -> bytes:
+            if isinstance(value, np.ndarray):
+                return encode_png(value)
+            return field.feature.encode_example(value)  # a path, file or encoded bytes
+
+        items = values if field.in_steps else [values]
+        if self._pool is not None and len(items) > 1:
+            encoded = list(self._pool.map(encode_one, items))
+        else:
+            encoded = [encode_one(v) for v in items]
+        out = bytes_feature(encoded)
+        return [out], len(out)
 
     def _sequence_info(self, field: FieldSpec) -> Any:
         import tensorflow_datasets as tfds

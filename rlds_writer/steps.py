@@ -84,7 +84,7 @@ def cast_value(field: encoding.FieldSpec, value: Any) -> Any:
         if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "SUO":
             return value.item()
         raise StepValueError(field.key, f"expected {field.describe()}, got {_describe(value)}")
-    if kind == encoding.FALLBACK:
+    if kind in (encoding.FALLBACK, encoding.PNG):
         return _check_fallback(field, value)
     dtype = field.dtype
     if isinstance(value, np.ndarray):
