@@ -17,6 +17,7 @@ _EXTRAS = {
     "gymnasium": ["gymnasium>=1.0,<2"],
     "rllib": ["gymnasium>=1.0,<2", "ray[rllib]>=2.40,<3", "torch>=2.2"],
     "torch": ["torch>=2.2"],
+    "reader": ["simplejpeg>=1.7"],
     "plot": ["matplotlib>=3.7"],
 }
 _EXTRAS["all"] = sorted({dep for deps in _EXTRAS.values() for dep in deps})
