@@ -989,7 +989,7 @@ class Episodes(Sequence):
         if r.step != 1:
             raise ValueError("episode slices must have step 1")
         segments = []
-        for seg, (split, shard, a, b) in enumerate(self.segments):
+        for seg, (split, shard, a, _b) in enumerate(self.segments):
             lo, hi = self._cum[seg], self._cum[seg + 1]
             s, e = max(r.start, lo), min(r.stop, hi)
             if s < e:

@@ -182,7 +182,7 @@ def float_list(buf: bytes, start: int, end: int) -> np.ndarray:
         if pos + n == end:  # one packed run: the common case
             return np.frombuffer(buf, "<f4", n // 4, pos)
     parts = []
-    for wire_type, a, b in _chunks(buf, start, end):
+    for _, a, b in _chunks(buf, start, end):
         if (b - a) % 4:
             raise WireError("packed float list length is not a multiple of 4")
         parts.append(np.frombuffer(buf, "<f4", (b - a) // 4, a))

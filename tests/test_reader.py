@@ -47,7 +47,7 @@ NUMERIC_DTYPES = [
 def _all_kinds_config():
     import tensorflow_datasets as tfds
 
-    F = tfds.features
+    F = tfds.features  # noqa: N806 - reads like the TFDS docs
     obs = {np.dtype(d).name: F.Tensor(shape=(2,), dtype=d) for d in NUMERIC_DTYPES}
     obs.update(
         {
@@ -425,7 +425,8 @@ def test_reader_runs_where_importing_tensorflow_fails(tmp_path):
         assert n == episodes.num_steps > 0
         last = ds["train"][-1]
         assert last["steps"]["is_last"][-1]
-        loaded = [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "tensorflow_datasets")]
+        blocked = ("tensorflow", "tensorflow_datasets")
+        loaded = [m for m in sys.modules if m.split(".")[0] in blocked]
         assert not loaded, loaded
         print("OK", n)
         """
