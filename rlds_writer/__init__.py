@@ -22,6 +22,8 @@ _EXPORTS = {
     "recover": ("rlds_writer.recovery", "recover"),
     "RecoveryReport": ("rlds_writer.recovery", "RecoveryReport"),
     "Catch": ("rlds_writer.envs.catch", "Catch"),
+    "open_dataset": ("rlds_writer.reader", "open_dataset"),
+    "DatasetReader": ("rlds_writer.reader", "DatasetReader"),
     "RLDSWriterError": ("rlds_writer.errors", "RLDSWriterError"),
     "StepValueError": ("rlds_writer.errors", "StepValueError"),
     "SpecError": ("rlds_writer.errors", "SpecError"),
