@@ -13,13 +13,25 @@ It owns the current `EpisodeBuffer` and a `DatasetWriter`.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from etils import epath
 
 from rlds_writer import steps
+from rlds_writer import writer as _writer
 from rlds_writer.writer import DatasetWriter
+
+_OPEN_RECORDERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _close_open_recorders() -> None:
+    for recorder in list(_OPEN_RECORDERS):
+        recorder.close()
+
+
+_writer._EXIT_HOOKS.append(_close_open_recorders)
 
 
 class TFDSBackendWriter:
@@ -67,7 +79,9 @@ class TFDSBackendWriter:
         )
         self._metadata = dict(ds_metadata or {})
         self._buffer: steps.EpisodeBuffer | None = None
-        self._pending_episode_metadata: Mapping[str, Any] | None = None
+        self._closed = False
+        # At interpreter exit an open episode is ended (cut short) and written.
+        _OPEN_RECORDERS.add(self)
 
     @property
     def data_directory(self) -> epath.Path:
@@ -137,6 +151,10 @@ class TFDSBackendWriter:
 
     def close(self) -> None:
         """Ends an open episode (cut short), writes everything and closes."""
+        if self._closed:
+            return
+        self._closed = True
+        _OPEN_RECORDERS.discard(self)
         try:
             if self._buffer is not None:
                 self.end_episode(terminated=False)

@@ -187,8 +187,17 @@ _CLOSE = "close"
 _OPEN_WRITERS: weakref.WeakSet = weakref.WeakSet()
 
 
+_EXIT_HOOKS: list = []
+
+
 @atexit.register
 def _close_open_writers() -> None:
+    # Recorders first (they end their open episode), then bare writers.
+    for hook in list(_EXIT_HOOKS):
+        try:
+            hook()
+        except Exception as e:  # noqa: BLE001
+            _log.error("closing a recorder at exit failed: %s", e)
     for writer in list(_OPEN_WRITERS):
         try:
             writer.close()
@@ -263,7 +272,7 @@ class DatasetWriter:
         mode: str = "error",
         metadata: Mapping[str, Any] | None = None,
         fsync: bool = False,
-        queue_size: int = 16,
+        queue_size: int = 4,
         commit_interval: float = 2.0,
         image_workers: int = 2,
     ):
@@ -371,8 +380,12 @@ class DatasetWriter:
         fmt = existing.get("fileFormat", "tfrecord")
         if fmt != self.file_format:
             problems.append(f"file_format: dataset has {fmt!r}, writer has {self.file_format!r}")
+        from google.protobuf import json_format
+
+        # features.json is the FeaturesDict proto as JSON (TFDS's save_config).
         diff = features_diff(
-            layout.read_json(self.path / layout.FEATURES), self.features.to_json_content()
+            layout.read_json(self.path / layout.FEATURES),
+            json_format.MessageToDict(self.features.to_proto()),
         )
         if diff:
             problems.append("features differ:\n" + "\n".join(f"  {d}" for d in diff))
