@@ -47,6 +47,23 @@ def load_episodes(path: Any, split: str = "train") -> list[dict[str, Any]]:
     return out
 
 
+def load_episodes_from_data_source(path: Any, split: str = "train") -> list[dict[str, Any]]:
+    """Like `load_episodes`, through `builder.as_data_source()` (random access, no tf.data).
+
+    This is the only way TFDS reads ArrayRecord shards: its `as_dataset` raises
+    NotImplementedError for them, for datasets TFDS wrote itself as well.
+    """
+    import tensorflow_datasets as tfds
+
+    source = tfds.builder_from_directory(os.fspath(path)).as_data_source(split=split)
+    out = []
+    for i in range(len(source)):
+        episode = dict(source[i])
+        episode["steps"] = [dict(step) for step in episode["steps"]]
+        out.append(episode)
+    return out
+
+
 def spec_zero(feature: Any) -> Any:
     """Zero of a feature built independently of rlds_writer (reference side)."""
     import tensorflow_datasets as tfds
