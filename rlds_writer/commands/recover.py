@@ -10,6 +10,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "recover",
         help="scan shards after a crash, cut torn tails and commit dataset_info.json",
+        description="Scan every shard file (TFRecord length and CRC checks; array_record "
+        "through its reader), keep every complete record, cut torn tails, renumber the "
+        "shards into a contiguous sequence and commit dataset_info.json atomically. "
+        "Idempotent; changes nothing on a healthy dataset.",
     )
     p.add_argument("path", help="dataset directory")
     p.add_argument("--dry-run", action="store_true", help="report without changing anything")

@@ -1,0 +1,174 @@
+"""A recorder that runs until it is killed, for the SIGKILL tests.
+
+It records a deterministic Catch dataset: episode `i` is fully determined by
+`i` (env seed, agent actions, a truncation length), so a test can rebuild
+every episode's exact content from its id (`expected_episode`). Each episode
+carries its id in its episode metadata.
+
+After each `flush()` returns, the recorder appends `flushed <last id>` to a
+report file with one `os.write` on an `O_APPEND` descriptor: a SIGKILL cannot
+tear it, and it survives the process (no fsync: a SIGKILL is not a power
+loss). The test then knows that every episode up to that id must survive.
+
+Run by the tests through a `forkserver` process that has already imported
+TensorFlow, TFDS and rlds_writer, so each new recorder starts in milliseconds;
+also runnable on its own:
+
+    python tests/crash_child.py DIR --first-id 0 --report DIR.report
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+from typing import Any
+
+import numpy as np
+
+ROWS = 6
+COLUMNS = 4
+NAME = "catch_crash"
+
+
+def dataset_config() -> Any:
+    import tensorflow_datasets as tfds
+
+    import rlds_writer
+
+    return rlds_writer.DatasetConfig(
+        name=NAME,
+        observation_info=tfds.features.Tensor(shape=(ROWS, COLUMNS), dtype=np.float32),
+        action_info=np.int64,
+        reward_info=np.float32,
+        discount_info=np.float32,
+        step_metadata_info={"t": np.int32},
+        episode_metadata_info={"episode_id": np.int64},
+    )
+
+
+def expected_episode(episode_id: int) -> dict[str, Any]:
+    """The steps of episode `episode_id`, RLDS-aligned, as numpy arrays.
+
+    Built directly from the env, independently of the recorder: o_0..o_T,
+    actions a_0..a_{T-1} then 0, rewards and discounts then 0, the flags.
+    """
+    from rlds_writer.envs.catch import Catch
+
+    env = Catch(rows=ROWS, columns=COLUMNS, seed=episode_id, max_steps=1 + episode_id % ROWS)
+    rng = np.random.default_rng(episode_id + 1_000_003)
+    timestep = env.reset()
+    observations = [timestep.observation]
+    actions, rewards, discounts = [], [], []
+    while not timestep.last():
+        action = int(rng.integers(3))
+        timestep = env.step(action)
+        actions.append(action)
+        rewards.append(timestep.reward)
+        discounts.append(timestep.discount)
+        observations.append(timestep.observation)
+    n = len(observations)
+    terminated = float(timestep.discount) == 0.0
+    flags = np.zeros(n, dtype=bool)
+    return {
+        "episode_id": episode_id,
+        "observation": np.stack(observations).astype(np.float32),
+        "action": np.array([*actions, 0], dtype=np.int64),
+        "reward": np.array([*rewards, 0.0], dtype=np.float32),
+        "discount": np.array([*discounts, 0.0], dtype=np.float32),
+        "t": np.arange(n, dtype=np.int32),
+        "is_first": np.concatenate([[True], flags[1:]]),
+        "is_last": np.concatenate([flags[:-1], [True]]),
+        "is_terminal": np.concatenate([flags[:-1], [terminated]]),
+    }
+
+
+def record_episode(backend: Any, episode_id: int, step_pause: float = 0.0) -> None:
+    """Records episode `episode_id` through the recorder API, as an adapter would."""
+    from rlds_writer.envs.catch import Catch
+
+    env = Catch(rows=ROWS, columns=COLUMNS, seed=episode_id, max_steps=1 + episode_id % ROWS)
+    rng = np.random.default_rng(episode_id + 1_000_003)
+    timestep = env.reset()
+    backend.begin_episode(timestep.observation, {"t": 0})
+    backend.set_episode_metadata({"episode_id": episode_id})
+    t = 0
+    while not timestep.last():
+        action = int(rng.integers(3))
+        timestep = env.step(action)
+        t += 1
+        backend.add_step(action, timestep.reward, timestep.discount, timestep.observation, {"t": t})
+        if step_pause:
+            time.sleep(step_pause)
+    backend.end_episode(terminated=float(timestep.discount) == 0.0)
+
+
+def record_forever(
+    directory: str,
+    first_id: int,
+    report_path: str,
+    file_format: str = "tfrecord",
+    max_episodes_per_file: int = 4,
+    commit_interval: float = 0.02,
+    seed: int = 0,
+    step_pause: float = 0.0005,
+    max_episodes: int | None = None,
+) -> None:
+    """Appends episodes first_id, first_id + 1, ... to `directory` until killed.
+
+    Flushes after a random number of episodes (0-3) and reports each flush.
+    """
+    import rlds_writer
+
+    fd = os.open(report_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, f"start {first_id} {time.time()}\n".encode())
+    backend = rlds_writer.TFDSBackendWriter(
+        directory,
+        dataset_config(),
+        max_episodes_per_file=max_episodes_per_file,
+        file_format=file_format,
+        mode="append",
+        ds_metadata={"recorder": "crash_child"},
+        commit_interval=commit_interval,
+    )
+    os.write(fd, f"open {time.time()}\n".encode())
+    rng = random.Random(seed)
+    episode_id = first_id
+    until_flush = rng.randint(0, 3)
+    while max_episodes is None or episode_id < first_id + max_episodes:
+        record_episode(backend, episode_id, step_pause=rng.random() * 2 * step_pause)
+        if until_flush == 0:
+            backend.flush()
+            os.write(fd, f"flushed {episode_id}\n".encode())
+            until_flush = rng.randint(0, 3)
+        else:
+            until_flush -= 1
+        episode_id += 1
+    backend.close()
+    os.write(fd, f"closed {episode_id - 1} {time.time()}\n".encode())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory")
+    parser.add_argument("--first-id", type=int, default=0)
+    parser.add_argument("--report", required=True)
+    parser.add_argument("--format", default="tfrecord")
+    parser.add_argument("--max-episodes-per-file", type=int, default=4)
+    parser.add_argument("--max-episodes", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    record_forever(
+        args.directory,
+        args.first_id,
+        args.report,
+        file_format=args.format,
+        max_episodes_per_file=args.max_episodes_per_file,
+        seed=args.seed,
+        max_episodes=args.max_episodes,
+    )
+
+
+if __name__ == "__main__":
+    main()
