@@ -343,8 +343,14 @@ def _build_appender(
         name: _build_appender(sub, f"{path}/{name}", columns, leaf_fn) for name, sub in node.items()
     }
     expected = frozenset(children)
+    # config_from_env turns list/tuple specs into dicts keyed "0".."n-1"; the
+    # env still hands out lists/tuples for them.
+    index_keys = [str(i) for i in range(len(children))]
+    by_index = bool(children) and sorted(expected) == sorted(index_keys)
 
     def append(value: Any) -> None:
+        if by_index and isinstance(value, list | tuple) and len(value) == len(index_keys):
+            value = dict(zip(index_keys, value))
         if not isinstance(value, Mapping):
             raise StepValueError(
                 path, f"expected a dict with keys {sorted(expected)}, got {_describe(value)}"
