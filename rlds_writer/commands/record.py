@@ -66,13 +66,20 @@ def run(args: argparse.Namespace) -> int:
         step_metadata_info={"timestamp_ns": np.int64},
         episode_metadata_info={"seed": np.int64, "episode_return": np.float32},
     )
-    backend = rlds_writer.TFDSBackendWriter(
-        data_directory=args.output,
-        ds_config=config,
-        max_episodes_per_file=args.max_episodes_per_file,
-        file_format=args.format,
-        mode=args.mode,
-    )
+    try:
+        backend = rlds_writer.TFDSBackendWriter(
+            data_directory=args.output,
+            ds_config=config,
+            max_episodes_per_file=args.max_episodes_per_file,
+            file_format=args.format,
+            mode=args.mode,
+        )
+    except rlds_writer.DatasetExistsError as e:
+        # Same error, in the command line's own words.
+        raise rlds_writer.DatasetExistsError(
+            f"{args.output} already holds a dataset; rerun with --mode append to add "
+            "episodes to it or --mode overwrite to replace it"
+        ) from e
     rng = np.random.default_rng(args.seed)
     returns = {"value": 0.0}
 
@@ -103,21 +110,29 @@ def run(args: argparse.Namespace) -> int:
         f"Recorded {args.episodes} episodes ({steps} transitions) in {elapsed:.2f}s "
         f"to {backend.data_directory}"
     )
+    # TFDS reads ArrayRecord shards only through as_data_source (no tf.data reader).
+    reader = "as_data_source" if args.format == "array_record" else "as_dataset"
     if not args.no_load_back:
         builder = tfds.builder_from_directory(str(backend.data_directory))
         loaded_episodes = 0
         loaded_steps = 0
-        for episode in builder.as_dataset(split="train"):
-            loaded_episodes += 1
-            loaded_steps += int(episode["steps"].cardinality())
+        if reader == "as_data_source":
+            source = builder.as_data_source(split="train")
+            for i in range(len(source)):
+                loaded_episodes += 1
+                loaded_steps += len(source[i]["steps"])
+        else:
+            for episode in builder.as_dataset(split="train"):
+                loaded_episodes += 1
+                loaded_steps += int(episode["steps"].cardinality())
         print(
-            f"Loaded back with tfds.builder_from_directory: {loaded_episodes} episodes, "
-            f"{loaded_steps} steps in split 'train'"
+            f"Loaded back with tfds.builder_from_directory(...).{reader}: {loaded_episodes} "
+            f"episodes, {loaded_steps} steps in split 'train'"
         )
     print("Load it with:")
     print("  import tensorflow_datasets as tfds")
     print(
         f"  ds = tfds.builder_from_directory({str(backend.data_directory)!r})"
-        ".as_dataset(split='train')"
+        f".{reader}(split='train')"
     )
     return 0
