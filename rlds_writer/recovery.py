@@ -467,6 +467,8 @@ class _Recovery:
             if file != target:
                 # Kept files are visited in index order and only move down, so the
                 # target slot is free: its file was dropped or has moved down already.
+                if report.actions == ["ok"]:
+                    report.actions = []
                 report.actions.append("renamed")
                 report.new_name = target.name
                 self.changed = True

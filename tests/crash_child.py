@@ -149,6 +149,121 @@ def record_forever(
     os.write(fd, f"closed {episode_id - 1} {time.time()}\n".encode())
 
 
+# ------------------------------------------------- helpers for the tests
+
+
+def forkserver_context() -> Any:
+    """A multiprocessing context whose server has imported TF, TFDS and rlds_writer."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(
+        [
+            "crash_child",
+            "tensorflow",
+            "tensorflow_datasets",
+            "rlds_writer.writer",
+            "rlds_writer.backend",
+            "rlds_writer.recovery",
+            "rlds_writer.envs.catch",
+        ]
+    )
+    return ctx
+
+
+def write_dataset(
+    directory: Any,
+    episode_ids: Any,
+    *,
+    max_episodes_per_file: int = 3,
+    file_format: str = "tfrecord",
+    mode: str = "error",
+    metadata: dict[str, Any] | None = None,
+    **writer_kwargs: Any,
+) -> None:
+    """Writes the given deterministic episodes to a dataset and closes it."""
+    import rlds_writer
+
+    backend = rlds_writer.TFDSBackendWriter(
+        directory,
+        dataset_config(),
+        max_episodes_per_file=max_episodes_per_file,
+        file_format=file_format,
+        mode=mode,
+        ds_metadata=metadata,
+        **writer_kwargs,
+    )
+    for episode_id in episode_ids:
+        record_episode(backend, episode_id)
+    backend.close()
+
+
+_EXPECTED_CACHE: dict[int, dict[str, Any]] = {}
+
+
+def check_record(record: bytes) -> int:
+    """Parses one episode record, checks it against the env; returns its episode id."""
+    import tensorflow as tf
+
+    feature = tf.train.Example.FromString(record).features.feature
+    got = {
+        key: np.array(getattr(value, value.WhichOneof("kind")).value)
+        for key, value in feature.items()
+    }
+    (episode_id,) = got["episode_id"].tolist()
+    if episode_id not in _EXPECTED_CACHE:
+        _EXPECTED_CACHE[episode_id] = expected_episode(episode_id)
+    want = _EXPECTED_CACHE[episode_id]
+    steps = len(want["t"])
+    np.testing.assert_array_equal(
+        got["steps/observation"].reshape(steps, ROWS, COLUMNS), want["observation"]
+    )
+    for key in ("action", "reward", "discount", "t", "is_first", "is_last", "is_terminal"):
+        value = got[f"steps/{key}"]
+        np.testing.assert_array_equal(value, want[key].astype(value.dtype), f"{episode_id}/{key}")
+    return episode_id
+
+
+def check_records(directory: Any, split: str = "train") -> list[int]:
+    """Reads every listed record of a split (no TFDS), checks each against the env.
+
+    Also checks that the shard files are exactly the listed, contiguous ones
+    and hold exactly the listed number of complete records.
+
+    Returns:
+      The episode ids in dataset order.
+    """
+    from rlds_writer import layout
+    from rlds_writer.inspection import iter_shard_records
+
+    info = layout.read_json(directory / layout.DATASET_INFO)
+    file_format = info.get("fileFormat", "tfrecord")
+    lengths, _ = layout.read_splits(info).get(split, ([], 0))
+    files = layout.list_shard_files(directory, info["name"], split, file_format)
+    assert sorted(files) == list(range(len(lengths))), (sorted(files), lengths)
+    ids = []
+    for index, n in enumerate(lengths):
+        records = list(iter_shard_records(files[index], file_format))
+        assert len(records) == n, f"{files[index].name}: {len(records)} records, listed {n}"
+        ids.extend(check_record(record) for record in records)
+    return ids
+
+
+def check_loaded(directory: Any, split: str = "train") -> list[int]:
+    """Loads a split through TFDS, checks every episode against the env; returns the ids."""
+    from rlds_writer.inspection import decoded_episodes
+
+    ids = []
+    for episode in decoded_episodes(directory, split):
+        episode_id = int(episode["episode_id"])
+        want = expected_episode(episode_id)
+        for key in ("observation", "action", "reward", "discount", "t", "is_first", "is_last"):
+            np.testing.assert_array_equal(episode["steps"][key], want[key], key)
+        np.testing.assert_array_equal(episode["steps"]["is_terminal"], want["is_terminal"])
+        ids.append(episode_id)
+    return ids
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directory")
