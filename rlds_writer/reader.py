@@ -95,12 +95,13 @@ class _TFRecordShard:
         self.cache_path = cache_path
         self._offsets: np.ndarray | None = None
         self._steps: np.ndarray | None = None
-        self._file: Any = None
+        self._fd: int | None = None
+        self._fd_pid = 0
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_file"] = None
+        state["_fd"] = None
         state["_lock"] = None
         return state
 
@@ -109,9 +110,19 @@ class _TFRecordShard:
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None and self._fd_pid == os.getpid():
+            os.close(self._fd)
+        self._fd = None
+
+    def _descriptor(self) -> int:
+        """A file descriptor for positional reads, reopened in a forked child."""
+        with self._lock:
+            if self._fd is None or self._fd_pid != os.getpid():
+                if self._fd is not None:  # the parent's copy, inherited through fork
+                    os.close(self._fd)
+                self._fd = os.open(self.path, os.O_RDONLY)
+                self._fd_pid = os.getpid()
+            return self._fd
 
     def _read_at(self, f: Any, offset: int) -> tuple[bytes | None, int, str | None]:
         """Reads the record at `offset`: (data or None, next offset, problem)."""
@@ -207,11 +218,8 @@ class _TFRecordShard:
     def read(self, i: int) -> bytes:
         """Returns record `i`; raises CorruptRecordError if it is damaged."""
         offset = int(self.offsets()[i])
-        with self._lock:
-            if self._file is None:
-                self._file = open(self.path, "rb")  # noqa: SIM115 - kept open for random access
-            self._file.seek(offset)
-            data, _, problem = self._read_at(self._file, offset)
+        # pread does not move a shared file position: safe across threads and forks.
+        data, _, problem = self._read_at(_PositionalFile(self._descriptor(), offset), offset)
         if problem:
             raise CorruptRecordError(self.path, offset, f"{problem} (record {i})")
         return data
@@ -259,6 +267,19 @@ class _TFRecordShard:
             self._save_cache()
 
 
+class _PositionalFile:
+    """The `read(n)` of a file object, by `os.pread` from a given offset."""
+
+    def __init__(self, fd: int, offset: int):
+        self.fd = fd
+        self.pos = offset
+
+    def read(self, n: int) -> bytes:
+        data = os.pread(self.fd, n, self.pos)
+        self.pos += len(data)
+        return data
+
+
 class _ArrayRecordShard:
     """One array_record shard: array_record's own reader gives random access."""
 
@@ -267,6 +288,7 @@ class _ArrayRecordShard:
         self.path = path
         self.num_records = num_records
         self._reader: Any = None
+        self._reader_pid = 0
         self._steps: np.ndarray | None = None
         self._lock = threading.Lock()
 
@@ -300,13 +322,14 @@ class _ArrayRecordShard:
 
     def read(self, i: int) -> bytes:
         with self._lock:
-            if self._reader is None:
+            if self._reader is None or self._reader_pid != os.getpid():
                 try:
                     reader = self._open(self.path, "readahead_buffer_size:0,max_parallelism:0")
                 except Exception as e:  # noqa: BLE001 - riegeli raises plain RuntimeErrors
                     raise CorruptArrayRecordError(self.path, i, str(e)) from e
                 self._check_count(reader)
                 self._reader = reader
+                self._reader_pid = os.getpid()
             try:
                 return self._reader.read([i])[0]
             except Exception as e:  # noqa: BLE001

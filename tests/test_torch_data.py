@@ -139,3 +139,14 @@ def rlds_writer_text():
     import tensorflow_datasets as tfds
 
     return tfds.features.Text()
+
+
+def test_episode_dataset_in_forked_workers_after_the_parent_read_by_index(catch_path):
+    episodes = reader_lib.open_dataset(catch_path)["train"]
+    expected = [_fingerprint(episodes[i]["steps"]["observation"]) for i in range(len(episodes))]
+    dataset = EpisodeDataset(episodes)  # its files are already open in this process
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=None, shuffle=True, num_workers=2, collate_fn=to_tensors
+    )
+    got = sorted(_fingerprint(e["steps"]["observation"].numpy()) for e in loader)
+    assert got == sorted(expected)
