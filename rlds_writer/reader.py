@@ -697,19 +697,11 @@ def _map_tree(fn: Any, tree: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _map_tree(fn, v) if isinstance(v, Mapping) else fn(v) for k, v in tree.items()}
 
 
-def _step_builder(paths: list[tuple]) -> Any:
-    """Returns a function turning a flat tuple of leaf values into a nested dict."""
-    if all(len(p) == 1 for p in paths):
-        names = [p[0] for p in paths]
-        return lambda values: dict(zip(names, values))
-
-    def build(values: Sequence[Any]) -> dict:
-        out: dict = {}
-        for path, value in zip(paths, values):
-            _put(out, path, value)
-        return out
-
-    return build
+def _rows(tree: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Turns a nested dict of step columns into one nested dict per step."""
+    keys = list(tree)
+    columns = [_rows(v) if isinstance(v, Mapping) else list(v) for v in tree.values()]
+    return [dict(zip(keys, values)) for values in zip(*columns)]
 
 
 # --------------------------------------------------------------------------
@@ -1091,16 +1083,8 @@ class Episodes(Sequence):
 
         Episode-level fields are not included; iterate episodes for those.
         """
-        builder = None
-        paths = None
         for episode in self:
-            flat = _flatten(episode.get("steps", {}))
-            if paths is None or [p for p, _ in flat] != paths:
-                paths = [p for p, _ in flat]
-                builder = _step_builder(paths)
-            columns = [list(col) for _, col in flat]
-            for values in zip(*columns):
-                yield builder(values)
+            yield from _rows(episode.get("steps", {}))
 
     def windows(self, size: int, stride: int = 1) -> Iterator[dict[str, Any]]:
         """Yields `size`-step windows of `steps` that never cross an episode boundary.
