@@ -58,7 +58,10 @@ def _all_kinds_config():
             "png": F.Image(shape=(6, 5, 3), encoding_format="png"),
             "gray": F.Image(shape=(6, 5, 1), encoding_format="png"),
             "jpeg": F.Image(shape=(8, 8, 3), encoding_format="jpeg"),
+            "gray16": F.Image(shape=(4, 3, 1), dtype=np.uint16),
+            "float_img": F.Image(shape=(3, 2, 1), dtype=np.float32),
             "text": F.Text(),
+            "strings": F.Tensor(shape=(2,), dtype=np.object_),
             "label": F.ClassLabel(num_classes=5),
             "nested": {"inner": {"x": F.Scalar(dtype=np.int32)}},
         }
@@ -92,7 +95,10 @@ def _all_kinds_obs(rng):
             "png": rng.integers(0, 256, (6, 5, 3), dtype=np.uint8),
             "gray": rng.integers(0, 256, (6, 5, 1), dtype=np.uint8),
             "jpeg": rng.integers(0, 256, (8, 8, 3), dtype=np.uint8),
+            "gray16": rng.integers(0, 2**16, (4, 3, 1), dtype=np.uint16),
+            "float_img": rng.normal(size=(3, 2, 1)).astype(np.float32),
             "text": random_text(rng),
+            "strings": np.array([random_text(rng).encode(), b"x"], dtype=object),
             "label": int(rng.integers(0, 5)),
             "nested": {"inner": {"x": np.int32(rng.integers(-9, 9))}},
         }
