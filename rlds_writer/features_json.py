@@ -61,6 +61,15 @@ class Leaf:
     encoding_format: str | None = None
 
     @property
+    def dynamic(self) -> bool:
+        """True for encoded tensors with several unknown dimensions.
+
+        TFDS stores those as two lists, `<key>/value` (the encoded bytes) and
+        `<key>/shape` (the shape of each value).
+        """
+        return self.kind in (RAW, ZLIB) and self.shape.count(None) > 1
+
+    @property
     def wire_type(self) -> str:
         """`'float'`, `'int64'` or `'bytes'`: the list type the values are stored in."""
         if self.kind != NUMERIC:
@@ -231,13 +240,10 @@ def _walk(node: Mapping[str, Any], path: tuple[str, ...], in_steps: bool, out: l
                 f"{key}: Tensor of shape {shape} and encoding {encoding!r} is not supported"
             )
         if in_steps and kind in (NUMERIC, STRING) and None in shape:
+            # TFDS cannot parse these either (two unknown dimensions with the steps axis).
             raise NotImplementedError(
-                f"{key}: per-step Tensor with unknown dimensions {shape} is stored ragged, "
-                "which the reader does not decode"
-            )
-        if kind in (RAW, ZLIB) and shape.count(None) > 1:
-            raise NotImplementedError(
-                f"{key}: encoded Tensor with several unknown dimensions {shape} is not supported"
+                f"{key}: per-step Tensor with unknown dimensions {shape} and no encoding "
+                "is not supported"
             )
         out.append(Leaf(path, key, kind, dtype, shape, in_steps, cls))
         return

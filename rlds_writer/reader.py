@@ -516,7 +516,10 @@ class _Decoder:
         num_steps = None
         for leaf in self.step_leaves:
             try:
-                value = self._decode_steps(buf, located.get(leaf.key), leaf)
+                if leaf.dynamic:
+                    value = self._decode_dynamic(buf, located, leaf, True)
+                else:
+                    value = self._decode_steps(buf, located.get(leaf.key), leaf)
             except (wire.WireError, zlib.error, ValueError) as e:
                 if isinstance(e, DecodeError):
                     raise DecodeError(f"{where}: {e}") from e
@@ -532,11 +535,14 @@ class _Decoder:
         if self.features.has_steps and "steps" not in out:
             out["steps"] = {}
         for leaf in self.episode_leaves:
-            loc = located.get(leaf.key)
+            loc = located.get(leaf.key + "/value" if leaf.dynamic else leaf.key)
             if loc is None:
                 raise DecodeError(f"{where}: feature {leaf.key!r} ({leaf.describe()}) is missing")
             try:
-                value = self._decode_value(buf, loc, leaf)
+                if leaf.dynamic:
+                    value = self._decode_dynamic(buf, located, leaf, False)
+                else:
+                    value = self._decode_value(buf, loc, leaf)
             except (wire.WireError, zlib.error, ValueError) as e:
                 if isinstance(e, DecodeError):
                     raise DecodeError(f"{where}: {e}") from e
@@ -612,6 +618,38 @@ class _Decoder:
             items = [_decode_image(x, leaf) for x in self._strings(buf, loc, leaf)]
             return _stack(leaf.key, items, leaf.shape, leaf.dtype)
         raise NotImplementedError(f"{leaf.key}: kind {kind}")
+
+    def _decode_dynamic(
+        self, buf: bytes, located: Mapping[str, tuple[int, int, int]], leaf: Leaf, in_steps: bool
+    ) -> Any:
+        """Decodes an encoded tensor stored as `<key>/value` plus `<key>/shape`."""
+        values = self._strings(buf, located.get(leaf.key + "/value"), leaf)
+        shape_loc = located.get(leaf.key + "/shape")
+        rank = len(leaf.shape)
+        shapes = np.empty(0, np.int64)
+        if shape_loc is not None and shape_loc[0]:
+            wire.expect_list(leaf.key + "/shape", shape_loc, (wire.INT64_LIST,))
+            shapes = wire.int64_list(buf, shape_loc[1], shape_loc[2])
+        if shapes.size != len(values) * rank:
+            raise DecodeError(
+                f"{leaf.key}: {len(values)} values but {shapes.size} shape entries (rank {rank})"
+            )
+        dtype = leaf.dtype.newbyteorder("<")
+        items = []
+        for data, shape in zip(values, shapes.reshape(len(values), rank)):
+            raw = zlib.decompress(data) if leaf.kind == ZLIB else data
+            arr = np.frombuffer(raw, dtype).copy()
+            try:
+                items.append(arr.reshape(tuple(int(d) for d in shape)).astype(leaf.dtype))
+            except ValueError as e:
+                raise DecodeError(
+                    f"{leaf.key}: {arr.size} values do not fit the stored shape {tuple(shape)}"
+                ) from e
+        if in_steps:
+            return _stack(leaf.key, items, leaf.shape, leaf.dtype)
+        if len(items) != 1:
+            raise DecodeError(f"{leaf.key}: expected one encoded value, got {len(items)}")
+        return items[0]
 
     def _raw(self, data: bytes, leaf: Leaf) -> np.ndarray:
         dtype = leaf.dtype.newbyteorder("<")

@@ -147,6 +147,8 @@ def _columnar(steps):
             col = np.empty(len(steps), object)
             col[:] = [s[key] for s in steps]
             out[key] = col
+        elif len({np.shape(s[key]) for s in steps}) > 1:  # varying shapes: a list
+            out[key] = [s[key] for s in steps]
         else:
             out[key] = np.stack([s[key] for s in steps])
     return out
@@ -161,6 +163,11 @@ def assert_identical(ours, ref, path=""):
             assert_identical(ours[k], ref[k], f"{path}/{k}")
         return
     assert type(ours) is type(ref), f"{path}: type {type(ours)} != {type(ref)}"
+    if isinstance(ref, list):
+        assert len(ours) == len(ref), f"{path}: {len(ours)} != {len(ref)} items"
+        for i, (a, b) in enumerate(zip(ours, ref, strict=True)):
+            assert_identical(a, b, f"{path}[{i}]")
+        return
     if isinstance(ref, bytes):
         assert ours == ref, f"{path}: {ours!r} != {ref!r}"
         return
@@ -215,6 +222,50 @@ def test_every_feature_kind_decodes_exactly_like_tfds(kinds_datasets, writer, fm
         assert_identical(episodes[i], ref, f"episodes[{i}]")
     if fmt == "tfrecord":  # TFDS's tf.data path reads tfrecord only: compare with it directly
         assert len(_reference(paths[writer, fmt])) == 4
+
+
+def test_encoded_tensors_of_unknown_shape_decode_like_tfds(tmp_path):
+    import tensorflow_datasets as tfds
+
+    config = rlds_writer.DatasetConfig(
+        name="dynamic",
+        observation_info={
+            "varying": tfds.features.Tensor(shape=(None, None), dtype=np.int16, encoding="zlib"),
+            "fixed": tfds.features.Tensor(shape=(None, None, 2), dtype=np.uint8, encoding="bytes"),
+            "rows": tfds.features.Tensor(shape=(None, 3), dtype=np.float64, encoding="bytes"),
+        },
+        action_info=np.int64,
+        episode_metadata_info={
+            "map": tfds.features.Tensor(shape=(None, None), dtype=np.float32, encoding="zlib")
+        },
+    )
+    rng = np.random.default_rng(2)
+    episodes = []
+    for k in range(3):
+        obs = [
+            {
+                "varying": rng.integers(-99, 99, (t + 1, 2 + k), dtype=np.int16),
+                "fixed": rng.integers(0, 256, (2, 3, 2), dtype=np.uint8),
+                "rows": rng.normal(size=(k + 1, 3)),
+            }
+            for t in range(k + 2)
+        ]
+        episodes.append(
+            EpisodeSpec(
+                observations=obs,
+                actions=[np.int64(1)] * (k + 1),
+                rewards=[],
+                discounts=[],
+                episode_metadata={"map": rng.normal(size=(k + 1, 2)).astype(np.float32)},
+            )
+        )
+    write_with_tfds(tmp_path, config, episodes)
+    reference = _reference(tmp_path)
+    decoded = list(reader_lib.open_dataset(tmp_path)["train"])
+    for i, (ours, ref) in enumerate(zip(decoded, reference, strict=True)):
+        assert_identical(ours, ref, f"episode {i}")
+    assert isinstance(decoded[0]["steps"]["observation"]["varying"], list)
+    assert decoded[0]["steps"]["observation"]["fixed"].shape == (2, 2, 3, 2)
 
 
 def test_decoded_dtypes_follow_tfds_rules(kinds_datasets):
