@@ -26,6 +26,8 @@ import logging
 import os
 import re
 import shutil
+import sys
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -460,3 +462,18 @@ def _remove_sources(plan: dict[str, Any], source_locks: list[Any]) -> None:
         with contextlib.suppress(OSError):
             if path.exists() and not any(path.iterdir()):
                 path.rmdir()
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as `merge`.
+
+    The package exports the function `merge` under this module's name. Importing
+    the submodule makes `rlds_writer.merge` name the module instead, so the module
+    forwards calls: `rlds_writer.merge(sources, dest)` works in either order.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> MergeReport:
+        return merge(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
