@@ -354,7 +354,7 @@ class _Recovery:
             dry_run=self.dry_run,
         )
         if self.changed and not self.dry_run:
-            _log.warning("recovered %s: %s", self.path, report.summary())
+            _log.info("recovered %s: %s", self.path, report.summary())
         return report
 
     # ------------------------------------------------------------ helpers
@@ -399,7 +399,13 @@ class _Recovery:
                 "config) and run recover again."
             )
         if not any((self.path / f).exists() for f in (layout.DATASET_INFO, layout.FEATURES)):
-            raise FileNotFoundError(f"{self.path} holds no dataset (no {layout.DATASET_INFO})")
+            inside = sorted(
+                c.name for c in self.path.iterdir() if (c / layout.DATASET_INFO).exists()
+            )
+            hint = f"; its subdirectories {inside} do: recover each of them" if inside else ""
+            raise FileNotFoundError(
+                f"{self.path} holds no dataset (no {layout.DATASET_INFO}){hint}"
+            )
         self.notes.append(
             f"interrupted dataset creation ({'; '.join(problems)}) and no shard files: "
             "removed the partial metadata files; no episode was lost"

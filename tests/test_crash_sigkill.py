@@ -79,10 +79,16 @@ def _kill_loop(ctx: Any, tmp_path: Any, file_format: str, kills: int, seed: int)
             stats["killed while creating the dataset"] += 1
             continue
         result = rlds_writer.recover(directory)
+        if not (directory / layout.DATASET_INFO).exists():
+            # Killed while TFDS wrote the new dataset's JSON files: cleaned up.
+            assert not flushed and "interrupted dataset creation" in result.summary()
+            stats["killed while creating the dataset"] += 1
+            continue
         for shard in result.shards:
             for action in shard.actions:
                 stats[f"recover: {action}"] += 1
         stats["recover changed something"] += result.changed
+        stats["recover: removed temporary file"] += len(result.removed_temp_files)
         ids = crash_child.check_records(directory)
         count = len(ids)
         assert ids == list(range(count)), "episodes missing, repeated or out of order"
