@@ -475,9 +475,12 @@ class _Decoder:
                 return 0 if leaf.wire_type == "float" else 1
             return 2 if leaf.kind == STRING else 3
 
-        candidates = [
-            leaf for leaf in self.step_leaves if leaf.static and (leaf.size or leaf.kind != NUMERIC)
-        ]
+        def countable(leaf: Leaf) -> bool:
+            if leaf.kind in (NUMERIC, STRING):
+                return leaf.static and leaf.size > 0
+            return not leaf.dynamic  # one bytes entry per step, whatever its shape
+
+        candidates = [leaf for leaf in self.step_leaves if countable(leaf)]
         if not candidates:
             return None
         return min(candidates, key=rank)

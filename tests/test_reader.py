@@ -264,6 +264,8 @@ def test_encoded_tensors_of_unknown_shape_decode_like_tfds(tmp_path):
     decoded = list(reader_lib.open_dataset(tmp_path)["train"])
     for i, (ours, ref) in enumerate(zip(decoded, reference, strict=True)):
         assert_identical(ours, ref, f"episode {i}")
+    lengths = reader_lib.open_dataset(tmp_path)["train"].episode_lengths()
+    assert lengths.tolist() == [2, 3, 4]
     assert isinstance(decoded[0]["steps"]["observation"]["varying"], list)
     assert decoded[0]["steps"]["observation"]["fixed"].shape == (2, 2, 3, 2)
 
