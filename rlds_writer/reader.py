@@ -1096,19 +1096,24 @@ class Episodes(Sequence):
     def episode_lengths(self) -> np.ndarray:
         """Number of steps of each episode (reads records once, decodes no values).
 
-        Cached per shard file (and on disk with `index_cache="disk"`).
+        Cached per shard file (and on disk with `index_cache="disk"`). With
+        `on_corrupt="skip"`, a corrupt episode counts 0 steps.
         """
         if self._lengths is not None:
             return self._lengths
         decoder = self.reader._decoder
+        skip = self.reader.on_corrupt == "skip"
         parts = []
         for split, shard, a, b in self.segments:
             src = self.reader._shard(split, shard)
             steps = src.cached_steps
             if steps is None or np.any(steps[a:b] < 0):
                 steps = np.full(src.num_records, -1, np.int64) if steps is None else steps.copy()
-                for i, data in src.iter(a, b, False):
+                for i, data in src.iter(a, b, skip):
                     steps[i] = decoder.num_steps(data)
+                if skip:  # a skipped episode has no steps to offer (and no windows)
+                    lengths = steps[a:b]
+                    lengths[lengths < 0] = 0
                 src.store_steps(steps)
             parts.append(steps[a:b])
         self._lengths = np.concatenate(parts) if parts else np.empty(0, np.int64)

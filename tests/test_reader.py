@@ -427,10 +427,15 @@ def test_crc_mismatch_raises_with_file_and_offset_or_is_skipped(tmp_path):
         ds["train"][2]
     assert_identical(ds["train"][3], good[3])  # the others still read by index
 
-    skipping = list(reader_lib.open_dataset(path, on_corrupt="skip")["train"])
+    skipping = reader_lib.open_dataset(path, on_corrupt="skip")["train"]
     assert [int(e["steps"]["observation"].sum()) for e in skipping] == [
         int(good[i]["steps"]["observation"].sum()) for i in (0, 1, 3)
     ]
+    lengths = skipping.episode_lengths()
+    assert lengths[2] == 0 and lengths[3] == len(good[3]["steps"]["reward"])
+    assert len(list(skipping.windows(2))) == sum(
+        len(good[i]["steps"]["reward"]) - 1 for i in (0, 1, 3)
+    )
 
 
 def test_torn_tail_raises_with_offset_or_is_skipped(tmp_path):
@@ -460,6 +465,7 @@ def test_corrupt_array_record_raises_naming_the_file(tmp_path):
 
 def test_reader_runs_where_importing_tensorflow_fails(tmp_path):
     _catch_dataset(tmp_path / "catch", episodes=3)
+    _catch_dataset(tmp_path / "catch_ar", episodes=3, fmt="array_record")
     script = textwrap.dedent(
         f"""
         import sys
@@ -484,6 +490,10 @@ def test_reader_runs_where_importing_tensorflow_fails(tmp_path):
         assert n == episodes.num_steps > 0
         last = ds["train"][-1]
         assert last["steps"]["is_last"][-1]
+        ar = open_dataset({os.fspath(tmp_path / "catch_ar")!r})["train"]
+        assert ar[1]["steps"]["is_first"][0] and len(list(ar)) == 3
+        from rlds_writer.torch_data import RLDSIterableDataset
+        assert len(list(RLDSIterableDataset(ar))) == 3
         blocked = ("tensorflow", "tensorflow_datasets")
         loaded = [m for m in sys.modules if m.split(".")[0] in blocked]
         assert not loaded, loaded
