@@ -140,15 +140,20 @@ def compile_fields(features: Any) -> list[FieldSpec]:
     for name, sub in features.items():
         if name != STEPS:
             _walk(sub, (name,), False, fields)
+    for field in fields:
+        _check_decodable(field)
     return fields
 
 
 def _check_readable(features: Any) -> None:
-    """Refuses features that TFDS would write but could never read back.
+    """Refuses features that TFDS would write but `as_dataset` could not read back.
 
     TFDS's reader (`example_parser`) handles at most one unknown dimension per
     serialized tensor unless it is a nested (ragged) sequence; a per-step
     `Tensor(shape=(None,))` becomes `(None, None)` inside `steps` and fails.
+    A per-step tensor with a zero-sized dimension becomes a
+    `FixedLenSequenceFeature` of empty elements, on which TensorFlow's parser
+    dies with SIGFPE.
     """
     from tensorflow_datasets.core import utils as tfds_utils
 
@@ -161,6 +166,25 @@ def _check_readable(features: Any) -> None:
                 f"dimension (serialized shape {shape}); a per-step Tensor with an unknown "
                 "dimension needs Tensor(..., encoding='zlib') or encoding='bytes'"
             )
+        if shape.count(None) == 1 and 0 in shape:
+            raise errors.SpecError(
+                f"{key}: TFDS cannot read back a tensor with an unknown and a zero-sized "
+                f"dimension (serialized shape {shape}; TensorFlow's parser crashes on it); "
+                "drop the field or use Tensor(..., encoding='bytes')"
+            )
+
+
+def _check_decodable(field: FieldSpec) -> None:
+    """Refuses encoded tensors whose dtype TensorFlow's `decode_raw` lacks (uint32)."""
+    encoding = str(getattr(field.feature, "_encoding", "none")).lower()
+    if encoding.endswith("none"):
+        return
+    if _tensor_info_dtype(field.feature) == np.uint32:
+        raise errors.SpecError(
+            f"{field.key}: TFDS cannot read back a uint32 Tensor with encoding "
+            f"{encoding.split('.')[-1]!r} through as_dataset (tf.io.decode_raw has no uint32); "
+            "use encoding='none', or int64 / uint64"
+        )
 
 
 def _walk(feature: Any, path: tuple[str, ...], in_steps: bool, out: list[FieldSpec]) -> None:

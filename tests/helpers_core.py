@@ -229,6 +229,8 @@ def random_value(feature: Any, rng: np.random.Generator) -> Any:
     """A random value a user could record for a TFDS feature (or a nest of them)."""
     import tensorflow_datasets as tfds
 
+    if feature is None:  # e.g. a config without a reward
+        return None
     if isinstance(feature, Mapping | tfds.features.FeaturesDict):
         return {k: random_value(v, rng) for k, v in feature.items()}
     if isinstance(feature, tfds.features.Text):

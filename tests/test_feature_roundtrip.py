@@ -294,3 +294,60 @@ def test_per_step_tensor_with_unknown_dimension_is_refused_before_writing(tmp_pa
     with pytest.raises(rlds_writer.SpecError, match=r"steps/observation/ragged.*encoding='zlib'"):
         rlds_writer.TFDSBackendWriter(tmp_path, config)
     assert not list(tmp_path.iterdir())
+
+
+def _tfds_bytes(config, episode):
+    """TFDS's own serialized episode, and the dataset's features."""
+    import tensorflow_datasets as tfds
+    from helpers_core import rlds_example
+    from tensorflow_datasets.core import example_serializer
+    from tensorflow_datasets.rlds import rlds_base
+
+    identity = tfds.core.DatasetIdentity(
+        name="x", version=tfds.core.Version("0.0.1"), data_dir="/tmp/unused", module_name=""
+    )
+    features = rlds_base.build_info(config, identity).features
+    serializer = example_serializer.ExampleSerializer(features.get_serialized_info())
+    return features, serializer.serialize_example(
+        features.encode_example(rlds_example(config, episode))
+    )
+
+
+def test_per_step_tensor_with_a_zero_sized_dimension_is_refused(tmp_path):
+    tfds = _tfds()
+    config = _config({"empty": tfds.features.Tensor(shape=(0, 2), dtype=np.float32)})
+    # TFDS writes it, but cannot parse it back (TensorFlow's parser even dies on
+    # it with SIGFPE, so only the numpy parser is tried here).
+    episode = EpisodeSpec(
+        observations=[{"empty": np.zeros((0, 2), np.float32)}] * 2,
+        actions=[0],
+        rewards=[0.0],
+        discounts=[1.0],
+    )
+    features, data = _tfds_bytes(config, episode)
+    with pytest.raises(ValueError, match="reshape"):
+        features.deserialize_example_np(data)
+    with pytest.raises(rlds_writer.SpecError, match=r"steps/observation/empty.*zero-sized"):
+        rlds_writer.TFDSBackendWriter(tmp_path, config)
+    # Encoded, or at the episode level, a zero-sized tensor is fine.
+    fine = _config(
+        {"empty": tfds.features.Tensor(shape=(0, 2), dtype=np.float32, encoding="bytes")},
+        episode_metadata_info={"none_yet": tfds.features.Tensor(shape=(0,), dtype=np.int64)},
+    )
+    _roundtrip(tmp_path, fine, random_episodes(fine, np.random.default_rng(11)))
+
+
+def test_uint32_tensor_with_an_encoding_is_refused(tmp_path):
+    tfds = _tfds()
+    config = _config({"ids": tfds.features.Tensor(shape=(2,), dtype=np.uint32, encoding="zlib")})
+    episode = EpisodeSpec(
+        observations=[{"ids": np.array([1, 2], np.uint32)}],
+        actions=[],
+        rewards=[],
+        discounts=[],
+    )
+    features, data = _tfds_bytes(config, episode)
+    with pytest.raises(TypeError, match="uint32"):  # TFDS's as_dataset decoding path
+        features.deserialize_example(data)
+    with pytest.raises(rlds_writer.SpecError, match=r"steps/observation/ids.*uint32.*'zlib'"):
+        rlds_writer.TFDSBackendWriter(tmp_path, config)
