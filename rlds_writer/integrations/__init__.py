@@ -1,0 +1,5 @@
+"""Integrations with RL frameworks (each imported only when used).
+
+* `rlds_writer.integrations.rllib`: an `RLlibCallback` recording every
+  EnvRunner's episodes (needs `ray[rllib]`).
+"""
