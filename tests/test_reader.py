@@ -80,6 +80,7 @@ def _all_kinds_config():
             "ep_img": F.Image(shape=(4, 4, 3)),
             "ep_nested": {"a": np.uint64},
             "ep_raw": F.Tensor(shape=(2,), dtype=np.int16, encoding="zlib"),
+            "ep_list": F.Tensor(shape=(None,), dtype=np.int32),
         },
     )
 
@@ -129,6 +130,7 @@ def _all_kinds_episodes(n=4, seed=0):
                     "ep_img": rng.integers(0, 256, (4, 4, 3), dtype=np.uint8),
                     "ep_nested": {"a": np.uint64(2**64 - 1 - k)},
                     "ep_raw": np.array([k, -k], np.int16),
+                    "ep_list": np.arange(k, dtype=np.int32) - 1,
                 },
                 terminated=k % 2 == 0,
             )
@@ -543,3 +545,26 @@ def test_unpacked_lists_decode_like_packed():
     floats = b"\x0d" + np.float32(1.5).tobytes()
     assert wire.int64_list(ints, 0, len(ints)).tolist() == [5, 300]
     assert wire.float_list(floats, 0, len(floats)).tolist() == [1.5]
+
+
+def test_shard_names_with_num_shards_template_like_tfds_builders(tmp_path):
+    import json
+
+    import tensorflow_datasets as tfds
+
+    path = _catch_dataset(tmp_path, episodes=5, per_file=3)
+    info_path = tmp_path / "dataset_info.json"
+    info = json.loads(info_path.read_text())
+    for entry in info["splits"]:
+        entry["filepathTemplate"] = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
+    info_path.write_text(json.dumps(info))
+    for i in range(2):
+        os.rename(
+            tmp_path / f"catch-train.tfrecord-{i:05d}",
+            tmp_path / f"catch-train.tfrecord-{i:05d}-of-00002",
+        )
+    builder = tfds.builder_from_directory(os.fspath(path))
+    ref = [e["steps"]["observation"].shape[0] for e in _reference(path)]
+    episodes = reader_lib.open_dataset(path)["train"]
+    assert [len(e["steps"]["observation"]) for e in episodes] == ref
+    assert len(ref) == builder.info.splits["train"].num_examples == 5
