@@ -98,6 +98,8 @@ def parse_example(buf: bytes) -> dict[str, tuple[int, int, int]]:
             raise WireError("message runs past the end of the record")
     except IndexError as e:
         raise WireError("truncated message") from e
+    except UnicodeDecodeError as e:
+        raise WireError("feature key is not UTF-8") from e
     return out
 
 

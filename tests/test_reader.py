@@ -22,6 +22,8 @@ from helpers_core import (
     write_with_rlds_writer,
     write_with_tfds,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rlds_writer
 from rlds_writer import reader as reader_lib
@@ -568,3 +570,24 @@ def test_shard_names_with_num_shards_template_like_tfds_builders(tmp_path):
     episodes = reader_lib.open_dataset(path)["train"]
     assert [len(e["steps"]["observation"]) for e in episodes] == ref
     assert len(ref) == builder.info.splits["train"].num_examples == 5
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50))
+def test_varint_decoding_matches_encoding_for_any_int64(values):
+    from rlds_writer.encoding import encode_varints
+
+    arr = np.array(values, dtype=np.int64)
+    data = np.frombuffer(encode_varints(arr), np.uint8)
+    assert wire.decode_varints(data).tolist() == values
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_garbage_bytes_raise_wire_error_or_parse(data):
+    try:
+        located = wire.parse_example(data)
+    except wire.WireError:
+        return
+    for kind, start, end in located.values():
+        assert 0 <= start <= end <= len(data) or kind == 0
