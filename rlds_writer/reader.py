@@ -86,9 +86,26 @@ def _masked_crc(data: bytes) -> int:
 
 
 class _TFRecordShard:
-    """One tfrecord shard: sequential reads, and random access via an offset index."""
+    """One tfrecord shard: sequential reads, and random access via an offset index.
 
-    def __init__(self, path: str, num_records: int, verify: bool, cache_path: str | None):
+    Args:
+      path: the file.
+      num_records: records listed for it in dataset_info.json.
+      verify: check data CRCs.
+      cache_path: where to save the offset index, or None.
+      skip: on a broken record header, index the records before it (with a
+        warning) instead of raising.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        num_records: int,
+        verify: bool,
+        cache_path: str | None,
+        skip: bool = False,
+    ):
+        self.skip = skip
         self.path = path
         self.num_records = num_records
         self.verify = verify
@@ -147,7 +164,8 @@ class _TFRecordShard:
             self._load_cache()
         if self._offsets is None:
             self._offsets = self._scan_offsets()
-            self._save_cache()
+            if self._offsets.size == self.num_records:  # never cache a partial index
+                self._save_cache()
         return self._offsets
 
     def _scan_offsets(self) -> np.ndarray:
@@ -167,11 +185,15 @@ class _TFRecordShard:
                     if offset + HEADER_SIZE + length + FOOTER_SIZE > size:
                         problem = "truncated record"
                 if problem:
-                    raise CorruptRecordError(
-                        self.path,
-                        offset,
-                        f"{problem} (record {i} of {self.num_records} listed in dataset_info.json)",
+                    where = (
+                        f"{problem} (record {i} of {self.num_records} listed in dataset_info.json)"
                     )
+                    if not self.skip:
+                        raise CorruptRecordError(self.path, offset, where)
+                    _log.warning(
+                        "%s: records from offset %d on are lost: %s", self.path, offset, where
+                    )
+                    return offsets[:i]
                 offsets[i] = offset
                 offset += HEADER_SIZE + length + FOOTER_SIZE
                 f.seek(offset)
@@ -189,6 +211,8 @@ class _TFRecordShard:
                 if tuple(int(x) for x in z["stat"]) != self._stat_key():
                     return
                 if int(z["num_records"]) != self.num_records:
+                    return
+                if z["offsets"].size != self.num_records:
                     return
                 self._offsets = z["offsets"]
                 steps = z["steps"]
@@ -217,7 +241,12 @@ class _TFRecordShard:
 
     def read(self, i: int) -> bytes:
         """Returns record `i`; raises CorruptRecordError if it is damaged."""
-        offset = int(self.offsets()[i])
+        offsets = self.offsets()
+        if i >= offsets.size:
+            raise CorruptRecordError(
+                self.path, int(offsets[-1]) if offsets.size else 0, f"record {i} is lost"
+            )
+        offset = int(offsets[i])
         # pread does not move a shared file position: safe across threads and forks.
         data, _, problem = self._read_at(_PositionalFile(self._descriptor(), offset), offset)
         if problem:
@@ -237,7 +266,13 @@ class _TFRecordShard:
         """
         if start >= stop:
             return
-        offset = int(self.offsets()[start]) if start else 0
+        if start:
+            offsets = self.offsets()
+            if start >= offsets.size:  # lost behind a broken record (skip mode)
+                return
+            offset = int(offsets[start])
+        else:
+            offset = 0
         with open(self.path, "rb", buffering=1 << 20) as f:
             f.seek(offset)
             for i in range(start, stop):
@@ -262,8 +297,7 @@ class _TFRecordShard:
 
     def store_steps(self, steps: np.ndarray) -> None:
         self._steps = steps
-        if self.cache_path:
-            self.offsets()
+        if self.cache_path and self.offsets().size == self.num_records:
             self._save_cache()
 
 
@@ -283,8 +317,15 @@ class _PositionalFile:
 class _ArrayRecordShard:
     """One array_record shard: array_record's own reader gives random access."""
 
-    def __init__(self, path: str, num_records: int, verify: bool, cache_path: str | None):
-        del verify, cache_path  # array_record checks its own chunk hashes
+    def __init__(
+        self,
+        path: str,
+        num_records: int,
+        verify: bool,
+        cache_path: str | None,
+        skip: bool = False,
+    ):
+        del verify, cache_path, skip  # array_record checks its own chunk hashes
         self.path = path
         self.num_records = num_records
         self._reader: Any = None
@@ -958,7 +999,8 @@ class DatasetReader:
             if self.index_cache == "disk":
                 cache = os.path.join(self.path, _INDEX_DIR, os.path.basename(path) + ".npz")
             cls = _TFRecordShard if self.file_format == "tfrecord" else _ArrayRecordShard
-            shard = cls(path, self._split_lengths[split][index], self.verify_checksums, cache)
+            skip = self.on_corrupt == "skip"
+            shard = cls(path, self._split_lengths[split][index], self.verify_checksums, cache, skip)
             self._shards[key] = shard
         return shard
 

@@ -453,7 +453,13 @@ def test_torn_tail_raises_with_offset_or_is_skipped(tmp_path):
     assert err.value.offset == offsets[2] and "truncated" in str(err.value)
     with pytest.raises(CorruptRecordError, match=f"offset {offsets[2]}"):
         reader_lib.open_dataset(path)["train"][1]  # building the index finds it too
-    assert len(list(reader_lib.open_dataset(path, on_corrupt="skip")["train"])) == 2
+    skipping = reader_lib.open_dataset(path, on_corrupt="skip", index_cache="disk")
+    assert len(list(skipping["train"])) == 2
+    assert list(skipping["train[2:]"]) == []  # seeking past the break finds nothing
+    assert skipping["train"].episode_lengths()[2] == 0
+    assert not (tmp_path / ".rlds_reader_index").exists() or not list(
+        (tmp_path / ".rlds_reader_index").iterdir()
+    )  # a partial index is never cached
 
 
 def test_corrupt_array_record_raises_naming_the_file(tmp_path):
