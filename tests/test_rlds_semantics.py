@@ -320,7 +320,7 @@ def _text():
     return tfds.features.Text()
 
 
-@pytest.mark.parametrize("bad", [[1, 2], 3.0, "t=1", (("t", 1),)])
+@pytest.mark.parametrize("bad", [[1, 2], 3.0, "t=1", (("t", 1),), None])
 def test_step_fn_returning_a_non_dict_is_an_error(tmp_path, bad):
     def step_fn(timestep, action, env):
         return {"t": 0} if timestep.first() else bad
