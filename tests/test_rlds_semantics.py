@@ -350,3 +350,16 @@ def test_missing_episode_metadata_stores_zeros_and_warns_once(tmp_path, caplog):
         assert_same(episode["seed"], np.int64(0))
         assert episode["name"] == b""
         assert_same(episode["score"], np.float32(0))
+
+
+def test_env_logger_is_a_dm_env_wrapper_that_forwards_the_rest(tmp_path):
+    env = CountingEnv(length=2)
+    with _logger(tmp_path, env) as logged:
+        assert isinstance(logged, dm_env.Environment)
+        assert logged.length == 2 and logged.end == "termination"  # plain attributes
+        assert logged.observation_spec() == env.observation_spec()
+        assert logged.action_spec() == env.action_spec()
+        assert logged.discount_spec() == env.discount_spec()
+        timestep = logged.reset()
+        assert_same(timestep.observation, np.array([0, 0], dtype=F32))
+        assert env.episode == 0  # the wrapped env really stepped
