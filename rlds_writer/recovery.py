@@ -10,8 +10,9 @@ split's shard files and:
   middle of a shard whose data fails its CRC (bit rot, not a crash) is dropped
   by rewriting the shard without it, and the original file is kept as
   `.corrupt-<shard>-<time>`;
-- sets aside (renames to `.corrupt-<shard>-<time>`) a shard that has bytes but
-  no readable record, and deletes empty ones;
+- deletes a shard holding nothing or only a torn first record, and sets aside
+  (renames to `.corrupt-<shard>-<time>`) one that has other bytes but no
+  readable record;
 - renumbers the remaining shard files into one contiguous sequence;
 - commits `dataset_info.json` atomically, with every shard's true length.
 
@@ -64,7 +65,8 @@ class ShardReport:
       listed: the shard length `dataset_info.json` gave, None if it was unlisted.
       actions: what was done: `ok`, `listed` (length corrected or shard added),
         `truncated`, `rewritten` (records dropped mid-file), `quarantined`,
-        `removed-empty`, `renamed`.
+        `removed-empty`, `removed-torn` (held only a torn first record),
+        `renamed`.
       detail: human-readable notes, e.g. why and where a tail was cut.
       new_name: the file's name after renumbering, if it changed.
     """
@@ -485,10 +487,13 @@ class _Recovery:
             total += report.num_bytes
         return lengths, total
 
-    def _drop_file(self, file: epath.Path, report: ShardReport, size: int) -> None:
+    def _drop_file(
+        self, file: epath.Path, report: ShardReport, size: int, torn: bool = False
+    ) -> None:
         self.changed = True
-        if size == 0:
-            report.actions.append("removed-empty")
+        if size == 0 or torn:
+            # Nothing, or only the start of a first record cut short by a crash.
+            report.actions.append("removed-torn" if size else "removed-empty")
             if not self.dry_run:
                 file.unlink()
         else:
@@ -515,7 +520,8 @@ class _Recovery:
         if not scan.spans:
             if scan.file_size:
                 report.detail.append("no complete record")
-            self._drop_file(file, report, scan.file_size)
+            torn = bool(scan.tail_problem and scan.tail_problem.startswith("truncated"))
+            self._drop_file(file, report, scan.file_size, torn=torn and not scan.dropped)
             return report
         if listed_n != report.records:
             report.actions.append("listed")

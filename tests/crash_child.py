@@ -104,6 +104,38 @@ def record_episode(backend: Any, episode_id: int, step_pause: float = 0.0) -> No
     backend.end_episode(terminated=float(timestep.discount) == 0.0)
 
 
+def _slow_down_io(pause: float, report_fd: int) -> None:
+    """Widens the windows a crash can hit, and announces them in the report.
+
+    `os.writev` writes half of each record, reports `torn`, pauses, and returns
+    a short count (the writer then writes the rest, as after any short write);
+    `os.replace` (the rename that commits dataset_info.json) reports
+    `replace` and pauses first. The writer's own code runs unchanged around them.
+    """
+    real_writev = os.writev
+    real_replace = os.replace
+    torn = {"next": True}
+
+    def slow_writev(fd: int, buffers: Any) -> int:
+        data = b"".join(bytes(b) for b in buffers)
+        if torn["next"] and len(data) > 1:
+            torn["next"] = False
+            written = os.write(fd, data[: len(data) // 2])
+            os.write(report_fd, b"torn\n")
+            time.sleep(pause)
+            return written
+        torn["next"] = True
+        return real_writev(fd, buffers)
+
+    def slow_replace(src: Any, dst: Any) -> None:
+        os.write(report_fd, b"replace\n")
+        time.sleep(pause)
+        real_replace(src, dst)
+
+    os.writev = slow_writev
+    os.replace = slow_replace
+
+
 def record_forever(
     directory: str,
     first_id: int,
@@ -114,14 +146,20 @@ def record_forever(
     seed: int = 0,
     step_pause: float = 0.0005,
     max_episodes: int | None = None,
+    slow_io: float = 0.0,
 ) -> None:
     """Appends episodes first_id, first_id + 1, ... to `directory` until killed.
 
     Flushes after a random number of episodes (0-3) and reports each flush.
+    With `slow_io` > 0, every record write stops half-way and every commit
+    before its rename for that many seconds, announced in the report
+    (`_slow_down_io`), so that kills can land inside them.
     """
     import rlds_writer
 
     fd = os.open(report_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    if slow_io:
+        _slow_down_io(slow_io, fd)
     os.write(fd, f"start {first_id} {time.time()}\n".encode())
     backend = rlds_writer.TFDSBackendWriter(
         directory,

@@ -35,13 +35,25 @@ def forkserver() -> Any:
     return crash_child.forkserver_context()
 
 
-def _wait_for(path: Any, word: str, timeout: float = 120.0) -> None:
+def _wait_for(path: Any, word: str, count: int = 1, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if path.exists() and any(line.startswith(word) for line in path.read_text().splitlines()):
+        if path.exists() and path.read_text().split().count(word) >= count:
             return
-        time.sleep(0.005)
-    raise AssertionError(f"the recorder never reported {word!r}: {path.read_text()!r}")
+        time.sleep(0.002)
+    raise AssertionError(
+        f"the recorder never reported {word!r} {count} times (does the writer still write "
+        "records with os.writev and commit with os.replace? see crash_child._slow_down_io)"
+    )
+
+
+# Where each kill lands, by kill number modulo 4.
+_WHEN = (
+    "anytime",  # from start-up on: creation, append-time recovery, recording
+    "recording",  # a random moment after the writer is open
+    "mid-record",  # while a record is half written
+    "mid-commit",  # dataset_info.json's temporary file written, not yet renamed
+)
 
 
 def _kill_loop(ctx: Any, tmp_path: Any, file_format: str, kills: int, seed: int) -> None:
@@ -51,18 +63,28 @@ def _kill_loop(ctx: Any, tmp_path: Any, file_format: str, kills: int, seed: int)
     present = 0
     for kill in range(kills):
         report = tmp_path / f"report-{kill}.txt"
+        when = _WHEN[kill % 4]
         process = ctx.Process(
             target=crash_child.record_forever,
             args=(str(directory), present, str(report)),
-            kwargs={"file_format": file_format, "seed": seed * 1000 + kill},
+            kwargs={
+                "file_format": file_format,
+                "seed": seed * 1000 + kill,
+                # Slow, announced writes and commits to kill inside them.
+                "slow_io": 0.03 if when.startswith("mid") else 0.0,
+            },
         )
         process.start()
-        if kill % 3 == 0:
-            # Anywhere from start-up (dataset creation, append-time recovery) on.
+        if when == "anytime":
             time.sleep(rng.uniform(0.0, 0.3))
-        else:
+        elif when == "recording":
             _wait_for(report, "open")
             time.sleep(rng.uniform(0.0, 0.25))
+        else:
+            # array_record's writer does its I/O in C++: no torn-record window to aim at.
+            torn = when == "mid-record" and file_format == "tfrecord"
+            _wait_for(report, "torn" if torn else "replace", rng.randint(1, 6))
+        stats[f"kills {when}"] += 1
         os.kill(process.pid, signal.SIGKILL)
         process.join()
         assert process.exitcode == -signal.SIGKILL, process.exitcode

@@ -175,15 +175,21 @@ def test_episodes_written_after_the_last_commit_are_listed(tmp_path):
     assert crash_child.check_loaded(directory) == list(range(9))
 
 
-def test_empty_and_unreadable_shards_are_dropped_and_the_rest_renumbered(dataset):
-    _shard(dataset, 1).write_bytes(b"")  # torn before its first record
-    _shard(dataset, 4).write_bytes(b"")  # opened, never written
+def test_empty_torn_and_unreadable_shards_are_dropped_and_the_rest_renumbered(dataset):
+    _shard(dataset, 1).write_bytes(b"")  # opened, never written
+    _shard(dataset, 4).write_bytes(_shard(dataset, 0).read_bytes()[:100])  # torn first record
+    garbage = random.Random(3).randbytes(200)
+    _shard(dataset, 5).write_bytes(garbage)  # not TFRecord data at all
     report = rlds_writer.recover(dataset)
     assert report.splits == {"train": [3, 3, 1]}
     actions = {s.file: s.actions for s in report.shards}
     assert actions[_shard(dataset, 1).name] == ["removed-empty"]
     assert actions[_shard(dataset, 2).name] == ["renamed"]
+    assert actions[_shard(dataset, 4).name] == ["removed-torn"]
+    assert actions[_shard(dataset, 5).name] == ["quarantined"]
     assert sorted(layout.list_shard_files(dataset, NAME, "train", "tfrecord")) == [0, 1, 2]
+    (kept,) = [p for p in dataset.iterdir() if p.name.startswith(".corrupt-")]
+    assert kept.read_bytes() == garbage
     assert crash_child.check_loaded(dataset) == [0, 1, 2, 6, 7, 8, 9]
 
 
