@@ -210,14 +210,21 @@ class DirectoryLock:
     # ------------------------------------------------------------- flock
 
     def _acquire_flock(self) -> None:
-        for _ in range(20):
+        busy = 0
+        for _ in range(40):
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = _read_fd(fd)
                 os.close(fd)
-                raise self._refuse(holder) from None
+                busy += 1
+                # `is_locked` (info, validate) holds a shared lock for an instant;
+                # only a lock that stays taken refuses.
+                if busy > 10:
+                    raise self._refuse(holder) from None
+                time.sleep(0.02)
+                continue
             except BaseException:
                 os.close(fd)
                 raise
