@@ -266,13 +266,21 @@ def _read_source(source: epath.Path) -> dict[str, Any]:
     }
 
 
-def _check_compatible(read: list[dict[str, Any]]) -> None:
-    from rlds_writer.writer import features_diff
+def _json_diff(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """Lists (path, value in a, value in b) where two JSON values differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b)):
+            out.extend(_json_diff(a.get(key), b.get(key), f"{path}/{key}" if path else key))
+        return out
+    return [] if a == b else [(path, a, b)]
 
+
+def _check_compatible(read: list[dict[str, Any]]) -> None:
     first = read[0]
     problems = []
     for other in read[1:]:
-        where = f"{other['path']} vs {first['path']}"
+        where = f"{other['path']} (vs the first source {first['path'].name})"
         for key, label in (("name", "name"), ("version", "version")):
             a, b = first["info"].get(key), other["info"].get(key)
             if a != b:
@@ -281,12 +289,9 @@ def _check_compatible(read: list[dict[str, Any]]) -> None:
         fb = other["info"].get("fileFormat", "tfrecord")
         if fa != fb:
             problems.append(f"{where}: file format {fb!r} != {fa!r}")
-        diff = features_diff(first["features"], other["features"])
         problems.extend(
-            f"{where}: features differ: {d.replace('dataset has', 'first has')}".replace(
-                "writer has", "other has"
-            )
-            for d in diff
+            f"{where}: features differ at {path}: {b!r} != {a!r}"
+            for path, a, b in _json_diff(first["features"], other["features"])
         )
     if problems:
         raise IncompatibleDatasetError("cannot merge: " + "; ".join(problems))
