@@ -19,6 +19,14 @@ _EXTRAS = {
     "torch": ["torch>=2.2"],
     "reader": ["simplejpeg>=1.7"],
     "plot": ["matplotlib>=3.7"],
+    "convert": [
+        "h5py>=3.8",
+        "minari[create]>=0.5",
+        "msgpack>=1.0",
+        "msgpack-numpy>=0.4.8",
+        "pyarrow>=14",
+    ],
+    "beam": ["apache-beam>=2.60"],
 }
 _EXTRAS["all"] = sorted({dep for deps in _EXTRAS.values() for dep in deps})
 _EXTRAS["test"] = ["pytest>=8", "hypothesis>=6.100", "ruff>=0.5", "psutil>=5.9"]
