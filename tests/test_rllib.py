@@ -266,3 +266,47 @@ def test_merge_leaves_one_dataset_and_no_runner_directories(run):
     assert names == ["merged"]
     info = json.loads((run["merged"] / "dataset_info.json").read_text())
     assert {s["name"] for s in info["splits"]} == {"train", "eval"}
+
+
+@pytest.fixture(scope="module")
+def local_run(ray_session, tmp_path_factory):
+    """A run with the EnvRunner in the driver (num_env_runners=0), runner datasets kept."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    root = tmp_path_factory.mktemp("rllib_local") / "out"
+    log_dir = tmp_path_factory.mktemp("events_local")
+    tracker = type("Tracker", (_Tracker,), {"log_dir": str(log_dir)})
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0, rollout_fragment_length=FRAGMENT)
+        .training(train_batch_size_per_learner=64, minibatch_size=32, num_epochs=1)
+        .rl_module(model_config={"fcnet_hiddens": [8]})
+        .callbacks([RLDSRecorder.with_options(root, merge=False), tracker])
+    )
+    algo = config.build_algo()
+    results = [algo.train() for _ in range(3)]
+    algo.stop()
+    return {"root": root, "events": _events(str(log_dir)), "results": results}
+
+
+def test_local_env_runner_records_whole_episodes_despite_learner_changing_chunks(local_run):
+    # With a local EnvRunner the learner's connectors extend and rename the very
+    # chunk objects RLlib keeps in `prev_episode_chunks`; the recorder's copies are intact.
+    from rlds_writer.integrations.rllib import runner_directories
+
+    dirs = runner_directories(local_run["root"])
+    assert [d.name for d in dirs] == ["writer-00000"]
+    builder = tfds.builder_from_directories([os.fspath(d) for d in dirs])
+    recorded = {
+        e["episode_id"].decode(): e
+        for e in tfds.as_numpy(builder.as_dataset(split="train"))
+    }  # fmt: skip
+    played = _ends(local_run, evaluation=False)
+    assert set(recorded) == set(played)
+    assert any(v["length"] > 2 * FRAGMENT for v in played.values())
+    for episode_id, want in played.items():
+        steps = list(recorded[episode_id]["steps"])
+        assert len(steps) == want["length"] + 1
+        assert sum(float(s["reward"]) for s in steps) == pytest.approx(want["ret"])
+    assert local_run["results"][-1]["env_runners"]["num_episodes_lifetime"] == len(recorded)

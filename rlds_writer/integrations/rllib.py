@@ -21,11 +21,13 @@ How it works:
   subdirectory of `output_root` (`rlds_writer.merge.writer_directory`:
   `writer-00001`, `writer-eval-00000`, ...). Training runners write split
   `train`, evaluation runners split `eval`.
-* An episode is written once, whole, in `on_episode_end`: RLlib hands the
-  episode's last chunk and every earlier chunk (`prev_episode_chunks`: an
-  episode longer than `rollout_fragment_length` is cut into chunks across
-  `sample()` calls), and the chunks are joined. Episodes still running when a
-  runner dies or the algorithm stops are not recorded.
+* An episode is written once, whole, in `on_episode_end`. An episode longer
+  than `rollout_fragment_length` reaches the learner in chunks over several
+  `sample()` calls; the recorder copies each unfinished chunk in
+  `on_sample_end` (before a local learner's connectors can change it in
+  place), checks the copies against `prev_episode_chunks`, and joins them
+  with the final chunk. Episodes still running when a runner dies or the
+  algorithm stops are not recorded.
 * Each episode's metadata holds RLlib's episode id (`episode_id`) and the
   runner's `worker_index`.
 * At the end of each `sample()` the writer is flushed (every finished episode
@@ -144,8 +146,9 @@ class RLDSRecorder(RLlibCallback):
       step where the module did not return the key) holds zeros.
     * `step_metadata_info`, `episode_metadata_info`: declared features (the
       others are inferred from each runner's first episode).
-    * `episode_fn(chunks) -> dict | None`: extra episode metadata computed
-      from the episode's chunks (first to last).
+    * `episode_fn(data) -> dict | None`: extra episode metadata computed from
+      the joined episode: `data` has `id`, `observations`, `actions`,
+      `rewards`, `infos`, `terminated`, `truncated`, `worker_index`.
     * `discount`, `observation_info`, `action_info`, `reward_info`,
       `image_encoding`: as for the Gymnasium wrappers.
     * `train_split`, `eval_split`, `record_evaluation`.
@@ -193,6 +196,7 @@ class RLDSRecorder(RLlibCallback):
         self._disabled = False
         self._worker_index: int | None = None
         self._logged = {"episodes": 0, "steps": 0, "bytes": 0}
+        self._pending: dict[str, list[dict[str, Any]]] = {}  # id -> copied chunks
         self._stopped = False  # driver: merged already
         self._closed = False  # runner: writer closed, record no more
 
@@ -370,20 +374,56 @@ class RLDSRecorder(RLlibCallback):
     ) -> None:
         if env_runner is None or self._closed:
             return
+        _check_single_agent(episode)
         writer = self._writer_for(env_runner)
         if writer is None:
             return
-        chunks = [*(prev_episode_chunks or []), episode]
-        if not _chunks_are_whole(chunks):
+        prev = list(prev_episode_chunks or [])
+        parts = self._pending.pop(episode.id_, [])
+        if len(parts) != len(prev):
+            # Chunks sampled before this recorder saw them (e.g. restored state):
+            # read them from RLlib's list.
+            parts = [self._extract(c) for c in prev]
+        parts.append(self._extract(episode))
+        if not _parts_join(parts):
             _log.warning(
                 "episode %s: its chunks do not start at t=0 or do not join up (%s); not recorded",
                 episode.id_,
-                [(c.t_started, c.t) for c in chunks],
+                [p["span"] for p in parts],
             )
             return
-        self._write_episode(writer, chunks)
+        self._write_episode(
+            writer, episode.id_, parts, bool(episode.is_terminated), bool(episode.is_truncated)
+        )
 
-    def _write_episode(self, writer: Any, chunks: list[Any]) -> None:
+    def _extract(self, chunk: Any) -> dict[str, Any]:
+        """Copies what is recorded out of one episode chunk."""
+        from rlds_writer.deferred import ZERO
+
+        n = len(chunk)
+        outputs = {}
+        for key in self._opts["model_outputs"]:
+            if n and key in chunk.extra_model_outputs:
+                outputs[key] = _items(chunk, chunk.get_extra_model_outputs(key))
+            else:
+                outputs[key] = [ZERO] * n
+        return {
+            "span": (chunk.t_started, chunk.t),
+            "observations": _items(chunk, chunk.get_observations()),
+            "infos": list(chunk.get_infos()),
+            "actions": _items(chunk, chunk.get_actions()) if n else [],
+            "rewards": [float(r) for r in chunk.get_rewards()] if n else [],
+            "outputs": outputs,
+        }
+
+    def _write_episode(
+        self,
+        writer: Any,
+        slot: str,
+        parts: list[dict[str, Any]],
+        terminated: bool,
+        truncated: bool,
+    ) -> None:
         from rlds_writer.deferred import ZERO
 
         opts = self._opts
@@ -392,31 +432,24 @@ class RLDSRecorder(RLlibCallback):
         actions: list[Any] = []
         rewards: list[Any] = []
         outputs: dict[str, list[Any]] = {k: [] for k in opts["model_outputs"]}
-        for i, chunk in enumerate(chunks):
+        for i, part in enumerate(parts):
             skip = 0 if i == 0 else 1  # a chunk starts with its predecessor's last observation
-            observations.extend(_items(chunk, chunk.get_observations())[skip:])
-            infos.extend(list(chunk.get_infos())[skip:])
-            n = len(chunk)
-            actions.extend(_items(chunk, chunk.get_actions()) if n else [])
-            rewards.extend(list(np.asarray(chunk.get_rewards(), dtype=np.float64)) if n else [])
+            observations.extend(part["observations"][skip:])
+            infos.extend(part["infos"][skip:])
+            actions.extend(part["actions"])
+            rewards.extend(part["rewards"])
             for key in outputs:
-                if n and key in chunk.extra_model_outputs:
-                    outputs[key].extend(_items(chunk, chunk.get_extra_model_outputs(key)))
-                else:
-                    outputs[key].extend([ZERO] * n)
+                outputs[key].extend(part["outputs"][key])
         num = len(actions)
         if len(observations) != num + 1 or len(infos) != num + 1:
             _log.warning(
                 "episode %s: %d observations, %d infos for %d actions; not recorded",
-                chunks[-1].id_,
+                slot,
                 len(observations),
                 len(infos),
                 num,
             )
             return
-        last = chunks[-1]
-        terminated = bool(last.is_terminated)
-        slot = last.id_
 
         def meta(t: int) -> dict[str, Any] | None:
             out: dict[str, Any] = {}
@@ -453,16 +486,43 @@ class RLDSRecorder(RLlibCallback):
             )
         episode_meta = {"episode_id": str(slot), "worker_index": int(self._worker_index or 0)}
         if opts["episode_fn"] is not None:
-            extra = opts["episode_fn"](chunks)
+            extra = opts["episode_fn"](
+                {
+                    "id": slot,
+                    "observations": observations,
+                    "actions": actions,
+                    "rewards": rewards,
+                    "infos": infos,
+                    "terminated": terminated,
+                    "truncated": truncated,
+                    "worker_index": self._worker_index,
+                }
+            )
             if extra:
                 episode_meta.update(extra)
         writer.set_episode_metadata(slot, episode_meta)
         writer.end(slot, terminated=terminated, split=self._split)
 
     def on_sample_end(
-        self, *, env_runner: Any = None, metrics_logger: Any = None, **kwargs: Any
+        self,
+        *,
+        env_runner: Any = None,
+        metrics_logger: Any = None,
+        samples: Any = None,
+        **kwargs: Any,
     ) -> None:
-        if self._writer is None or self._closed:
+        if self._closed:
+            return
+        # Copy the unfinished episodes' chunks now: once returned, RLlib's learner
+        # connectors may change them in place (they share objects with a local runner).
+        pending: dict[str, list[dict[str, Any]]] = {}
+        for chunk in samples or []:
+            if chunk.is_done or not hasattr(chunk, "t_started"):
+                continue
+            pending[chunk.id_] = [*self._pending.get(chunk.id_, []), self._extract(chunk)]
+        # Episodes absent from this sample were abandoned by an env reset.
+        self._pending = pending
+        if self._writer is None:
             return
         if self._opts["flush_on_sample_end"]:
             self._writer.flush()
@@ -502,13 +562,17 @@ def _log_lifetime_sum(metrics_logger: Any, key: tuple[str, ...], value: int) -> 
         )
 
 
-def _chunks_are_whole(chunks: list[Any]) -> bool:
-    if chunks[0].t_started != 0:
+def _parts_join(parts: list[dict[str, Any]]) -> bool:
+    if parts[0]["span"][0] != 0:
         return False
-    ids = {c.id_ for c in chunks}
-    if len(ids) != 1:
-        return False
-    return all(b.t_started == a.t for a, b in zip(chunks, chunks[1:]))
+    return all(b["span"][0] == a["span"][1] for a, b in zip(parts, parts[1:]))
+
+
+def _check_single_agent(episode: Any) -> None:
+    if type(episode).__name__ == "MultiAgentEpisode":
+        raise NotImplementedError(
+            "RLDSRecorder records single-agent episodes; multi-agent episodes are not supported yet"
+        )
 
 
 def _items(chunk: Any, data: Any) -> list[Any]:
