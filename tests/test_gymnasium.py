@@ -326,3 +326,22 @@ def test_existing_dataset_is_not_overwritten_silently(tmp_path):
     env.reset(seed=1)
     env.close()
     assert len(load(tmp_path / "ds")) == 2
+
+
+def test_core_imports_without_gymnasium_or_ray():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for m in ('gymnasium', 'ray'):\n"
+        "    sys.modules[m] = None  # makes `import m` fail\n"
+        "import rlds_writer, rlds_writer.spaces, rlds_writer.deferred, rlds_writer.writer\n"
+        "import rlds_writer.integrations\n"
+        "try:\n"
+        "    rlds_writer.RecordRLDS\n"
+        "except ImportError as e:\n"
+        "    print('needs', e.name)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "needs gymnasium"
