@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 
 import crash_child
 import pytest
@@ -50,8 +51,6 @@ def four_writers(tmp_path_factory):
 @pytest.fixture
 def sources(four_writers, tmp_path):
     """A private copy of the four writers' directories."""
-    import shutil
-
     out = []
     for worker in range(4):
         source = rlds_writer.writer_directory(four_writers, worker)
@@ -149,6 +148,9 @@ def test_interrupted_copy_merge_is_finished_by_running_it_again(sources, tmp_pat
         rlds_writer.recover(dest)
     with pytest.raises(MergeError, match="unfinished merge"):
         rlds_writer.merge(sources[:2], dest)
+    # As if killed while copying the fourth shard: a partial temporary copy.
+    fourth = layout.shard_name(crash_child.NAME, "train", "tfrecord", 3)
+    (dest / f".{fourth}.merge-tmp").write_bytes(b"partial")
     report = rlds_writer.merge(sources, dest)
     assert report.resumed and report.shards_already_done == 3 and report.shards_copied == 5
     assert crash_child.check_records(dest) == ALL_IDS
@@ -160,10 +162,17 @@ def test_interrupted_move_merge_is_finished_by_running_it_again(sources, tmp_pat
     with pytest.raises(KeyboardInterrupt):
         rlds_writer.merge(sources, dest, move=True)
     monkeypatch.undo()
+    # As if killed in a cross-device move of the sixth shard after its copy,
+    # before the source was deleted: the shard is in both places.
+    sixth = layout.shard_name(crash_child.NAME, "train", "tfrecord", 1)
+    shutil.copyfile(
+        sources[2] / sixth, dest / layout.shard_name(crash_child.NAME, "train", "tfrecord", 5)
+    )
     report = rlds_writer.merge(sources, dest, move=True)
-    assert report.resumed and report.shards_already_done == 5 and report.shards_moved == 3
+    assert report.resumed and report.shards_already_done == 6 and report.shards_moved == 2
     assert crash_child.check_records(dest) == ALL_IDS
     assert not any(s.exists() for s in sources)
+    assert not any(p.name.endswith("merge-tmp") for p in dest.iterdir())
 
 
 def test_merge_recovers_a_crashed_source_first(sources, tmp_path):
