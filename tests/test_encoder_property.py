@@ -1,7 +1,8 @@
 """Property test: TFDS decodes our encoder's bytes to what it decodes from its own.
 
 Hypothesis draws random RLDS dataset configs (numeric dtypes, shapes up to rank
-3, encodings none/bytes/zlib, text, nested dicts in every slot) and random
+3, encodings none/bytes/zlib, text, nested dicts in every slot, and now and then
+a PNG image or a class label, which TFDS's own encoder handles) and random
 episodes. Each episode goes through rlds_writer's `EpisodeBuffer` +
 `EpisodeEncoder` on one side and TFDS's `FeaturesDict.encode_example` +
 `ExampleSerializer` on the other; both serialized `tf.train.Example`s are
@@ -40,14 +41,24 @@ NAMES = st.sampled_from(["a", "b", "obs", "x_1", "Ünï", "deep"])
 
 @st.composite
 def tensor_specs(draw, min_dim=1):
-    """('tensor', dtype, shape, encoding) or ('text',).
+    """('tensor', dtype, shape, encoding), ('text',), ('image', h, w, c) or ('label', n).
 
     Specs that TFDS writes but cannot read back, and that rlds_writer refuses
     (tested in test_feature_roundtrip), are not drawn: zero-sized dimensions
     in per-step tensors and uint32 tensors with an encoding.
     """
-    if draw(st.integers(0, 6)) == 0:
+    kind = draw(st.integers(0, 15))
+    if kind < 2:
         return ("text",)
+    if kind == 2:  # TFDS's own encoder handles these (fallback path)
+        return (
+            "image",
+            draw(st.integers(1, 4)),
+            draw(st.integers(1, 4)),
+            draw(st.sampled_from([1, 3])),
+        )
+    if kind == 3:
+        return ("label", draw(st.integers(1, 5)))
     dtype = draw(st.sampled_from(DTYPES))
     shape = tuple(draw(st.lists(st.integers(min_dim, 3), max_size=3)))
     encoding = (
@@ -71,6 +82,10 @@ def _feature(spec):
         return {k: _feature(v) for k, v in spec.items()}
     if spec[0] == "text":
         return tfds.features.Text()
+    if spec[0] == "image":
+        return tfds.features.Image(shape=spec[1:])
+    if spec[0] == "label":
+        return tfds.features.ClassLabel(num_classes=spec[1])
     _, dtype, shape, encoding = spec
     return tfds.features.Tensor(shape=shape, dtype=np.dtype(dtype).type, encoding=encoding)
 
