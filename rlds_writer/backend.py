@@ -77,7 +77,9 @@ class TFDSBackendWriter:
             metadata=(dict(ds_metadata or {}) if store_ds_metadata else None),
             **writer_kwargs,
         )
-        self._metadata = dict(ds_metadata or {})
+        # When appending, the writer starts from the dataset's metadata.json:
+        # later updates add to the keys earlier runs wrote instead of dropping them.
+        self._metadata = dict(self.writer._metadata or {}) if store_ds_metadata else {}
         self._buffer: steps.EpisodeBuffer | None = None
         self._closed = False
         # At interpreter exit an open episode is ended (cut short) and written.

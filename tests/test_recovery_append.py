@@ -49,6 +49,19 @@ def test_append_keeps_earlier_metadata_and_adds_new_keys(tmp_path):
     assert layout.read_json(directory / layout.METADATA) == {"run": 2, "agent": "a"}
 
 
+def test_append_then_update_metadata_keeps_earlier_keys(tmp_path):
+    directory = tmp_path / "ds"
+    crash_child.write_dataset(directory, range(2), metadata={"run": 1, "agent": "a"})
+    backend = rlds_writer.TFDSBackendWriter(directory, crash_child.dataset_config(), mode="append")
+    backend.update_metadata({"run": 2, "env_specs": {"obs": [6, 4]}})  # as EnvLogger does
+    backend.close()
+    assert layout.read_json(directory / layout.METADATA) == {
+        "run": 2,
+        "agent": "a",
+        "env_specs": {"obs": [6, 4]},
+    }
+
+
 def test_append_with_other_features_is_refused_and_shows_the_difference(tmp_path):
     directory = tmp_path / "ds"
     crash_child.write_dataset(directory, range(2))
