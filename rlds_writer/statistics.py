@@ -210,9 +210,21 @@ def _episode_columns(ds: Any, fields: Sequence[str]) -> Any:
 def _iter_split(builder: Any, split: str, fields: Sequence[str]) -> Iterator[dict[str, np.ndarray]]:
     import tensorflow_datasets as tfds
 
+    file_format = builder.info.file_format
+    if getattr(file_format, "value", file_format) == "array_record":
+        # TFDS has no as_dataset() for ArrayRecord files: use its random-access data source.
+        yield from _iter_data_source(builder.as_data_source(split=split), fields)
+        return
     ds = builder.as_dataset(split=split, shuffle_files=False)
     ds = _episode_columns(ds, fields).prefetch(2)
     yield from tfds.as_numpy(ds)
+
+
+def _iter_data_source(source: Any, fields: Sequence[str]) -> Iterator[dict[str, np.ndarray]]:
+    for index in range(len(source)):
+        steps = source[index]["steps"]
+        rows = [steps[j] for j in range(len(steps))]
+        yield {path: np.asarray([_get(row, path) for row in rows]) for path in fields}
 
 
 def compute_statistics(

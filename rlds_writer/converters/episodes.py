@@ -222,7 +222,7 @@ def dataset_config(schema: Schema, name: str, **config_kwargs: Any) -> Any:
     Args:
       schema: the merged schema.
       name: the dataset name.
-      **config_kwargs: more `DatasetConfig` fields (description, homepage, citation).
+      **config_kwargs: more `DatasetConfig` fields (overall_description, homepage, citation).
     """
     from rlds_writer.config import dataset_config_class
 

@@ -146,7 +146,7 @@ def convert(
     safe = "".join(c if c.isalnum() else "_" for c in dataset_id.lower()).strip("_")
     config_kwargs = {}
     if minari_metadata.get("description"):
-        config_kwargs["description"] = str(minari_metadata["description"])
+        config_kwargs["overall_description"] = str(minari_metadata["description"])
     if minari_metadata.get("code_permalink"):
         config_kwargs["homepage"] = str(minari_metadata["code_permalink"])
     return write_episodes(
