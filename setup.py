@@ -14,8 +14,9 @@ _CORE = [
     "pillow>=10",
 ]
 _EXTRAS = {
-    "gymnasium": ["gymnasium>=1.0,<2"],
-    "rllib": ["gymnasium>=1.0,<2", "ray[rllib]>=2.40,<3", "torch>=2.2"],
+    # gymnasium>=1.1 for vector autoreset modes (gymnasium.vector.AutoresetMode).
+    "gymnasium": ["gymnasium>=1.1,<2"],
+    "rllib": ["gymnasium>=1.1,<2", "ray[rllib]>=2.40,<3", "torch>=2.2"],
     "torch": ["torch>=2.2"],
     "reader": ["simplejpeg>=1.7"],
     "plot": ["matplotlib>=3.7"],
