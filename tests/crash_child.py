@@ -302,6 +302,28 @@ def check_loaded(directory: Any, split: str = "train") -> list[int]:
     return ids
 
 
+def slow_merge(sources: list[str], dest: str, move: bool, pause: float) -> None:
+    """Runs `merge` with every shard copy or rename slowed down, to be killed mid-way."""
+    import shutil
+
+    import rlds_writer
+
+    real_rename = os.rename
+    real_copyfile = shutil.copyfile
+
+    def slow_rename(src: Any, dst: Any) -> None:
+        time.sleep(pause)
+        real_rename(src, dst)
+
+    def slow_copyfile(src: Any, dst: Any, **kwargs: Any) -> Any:
+        time.sleep(pause)
+        return real_copyfile(src, dst, **kwargs)
+
+    os.rename = slow_rename
+    shutil.copyfile = slow_copyfile
+    rlds_writer.merge(sources, dest, move=move)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directory")

@@ -6,6 +6,7 @@ import importlib
 import json
 import os
 import shutil
+import time
 
 import crash_child
 import pytest
@@ -173,6 +174,34 @@ def test_interrupted_move_merge_is_finished_by_running_it_again(sources, tmp_pat
     assert crash_child.check_records(dest) == ALL_IDS
     assert not any(s.exists() for s in sources)
     assert not any(p.name.endswith("merge-tmp") for p in dest.iterdir())
+
+
+@pytest.mark.parametrize("move", [False, True], ids=["copy", "move"])
+def test_merge_killed_at_random_moments_finishes_exactly_once(sources, tmp_path, move):
+    import random
+    import signal
+
+    ctx = crash_child.forkserver_context()
+    rng = random.Random(5 + move)
+    for attempt in range(3):
+        dest = tmp_path / f"merged{attempt}"
+        args = ([os.fspath(s) for s in sources], os.fspath(dest), move, 0.06)
+        # Killed twice in a row, then finished by a third run.
+        for _ in range(2):
+            process = ctx.Process(target=crash_child.slow_merge, args=args)
+            process.start()
+            time.sleep(rng.uniform(0.0, 0.35))
+            os.kill(process.pid, signal.SIGKILL)
+            process.join()
+        finished = (dest / layout.DATASET_INFO).exists() and not (dest / MERGE_JOURNAL).exists()
+        if not finished:  # (a killed run may have finished just before its kill)
+            rlds_writer.merge(sources, dest, move=move)
+        assert crash_child.check_records(dest) == ALL_IDS
+        assert not (dest / MERGE_JOURNAL).exists()
+        if move:
+            assert not any(s.exists() for s in sources)
+            break  # the sources are gone
+        assert crash_child.check_records(sources[1]) == _ids(1)
 
 
 def test_merge_recovers_a_crashed_source_first(sources, tmp_path):
