@@ -259,6 +259,9 @@ def test_writer_figures_show_under_env_runners_in_train_results(run):
     assert figures["steps_written"] == sum(len(e["steps"]) for e in recorded)
     assert figures["bytes_written"] > 0
     assert "episodes_written_throughput" in figures
+    eval_figures = run["results"][-1]["evaluation"]["env_runners"]["rlds_writer"]
+    # Evaluation results hold the figures of the last evaluation round.
+    assert 0 < eval_figures["episodes_written"] <= len(_load(run["merged"], "eval"))
 
 
 def test_merge_leaves_one_dataset_and_no_runner_directories(run):
