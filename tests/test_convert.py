@@ -12,6 +12,9 @@ import json
 import numpy as np
 import pytest
 
+# TensorFlow first: RLlib's try_import_tf() disables TF2 behaviour (eager
+# execution) for the whole process when it is the one that imports TensorFlow.
+tf = pytest.importorskip("tensorflow")
 tfds = pytest.importorskip("tensorflow_datasets")
 h5py = pytest.importorskip("h5py")
 
@@ -246,7 +249,6 @@ def _write_rllib_episodes(path, episodes):
 
 
 def _rllib_episode(gym, seed, max_steps):
-    import tensorflow  # noqa: F401 - before RLlib, which otherwise disables TF2 behaviour
     from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
     env = gym.make("CartPole-v1", max_episode_steps=max_steps)
@@ -339,7 +341,6 @@ def test_rllib_training_run_output_converts(tmp_path):
     pytest.importorskip("ray.rllib")
     pytest.importorskip("msgpack_numpy")
     import ray
-    import tensorflow  # noqa: F401 - before RLlib, which otherwise disables TF2 behaviour
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from rlds_writer.converters import rllib_episodes
