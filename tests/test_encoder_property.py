@@ -98,8 +98,8 @@ def configs(draw):
     return {
         "observation_info": draw(nested_specs()),
         "action_info": draw(nested_specs(3)),
-        "reward_info": optional(tensor_specs()),
-        "discount_info": optional(tensor_specs()),
+        "reward_info": optional(nested_specs(2)),
+        "discount_info": optional(nested_specs(2)),
         "step_metadata_info": draw(st.dictionaries(NAMES, nested_specs(2), max_size=2)),
         "episode_metadata_info": draw(
             st.dictionaries(NAMES, nested_specs(2, min_dim=0), max_size=2)

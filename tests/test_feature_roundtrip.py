@@ -256,6 +256,41 @@ def test_values_given_as_python_scalars_and_lists_roundtrip_like_tfds(tmp_path):
     _roundtrip(tmp_path, config, [episode])
 
 
+def test_long_episodes_and_python_episode_metadata_roundtrip_like_tfds(tmp_path):
+    tfds = _tfds()
+    # Columns start small and grow: episodes of 1, 33, 70 and 130 steps cross that.
+    config = _config(
+        {
+            "pixels": tfds.features.Tensor(shape=(3, 3, 3), dtype=np.uint8, encoding="bytes"),
+            "state": tfds.features.Tensor(shape=(4,), dtype=np.float32),
+            "note": tfds.features.Text(),
+            "label": tfds.features.ClassLabel(num_classes=3),
+        },
+        reward_info={"task": np.float32, "bonus": tfds.features.Tensor(shape=(2,), dtype=np.int16)},
+        discount_info={"task": np.float32, "bonus": np.float64},
+        step_metadata_info={"t": np.int64},
+        episode_metadata_info={
+            "seed": np.int64,
+            "ret": np.float32,
+            "ok": np.bool_,
+            "who": tfds.features.Text(),
+            "vec": tfds.features.Tensor(shape=(2,), dtype=np.int32),
+        },
+    )
+    episodes = random_episodes(config, np.random.default_rng(12), lengths=(1, 33, 70, 130))
+    for i, episode in enumerate(episodes):
+        # Python values, as an episode_fn would return them.
+        episode.episode_metadata = {
+            "seed": i,
+            "ret": 1.5 * i,
+            "ok": bool(i % 2),
+            "who": f"agent {i}",
+            "vec": [i, -i],
+        }
+    ours, _ = _roundtrip(tmp_path, config, episodes)
+    assert [len(e["steps"]) for e in ours] == [1, 33, 70, 130]
+
+
 def test_float64_precision_warning_is_logged_once(tmp_path, caplog):
     tfds = _tfds()
     config = _config(

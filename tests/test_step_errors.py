@@ -340,3 +340,14 @@ def test_non_dict_from_step_fn_fails_and_earlier_episodes_stay_loadable(tmp_path
     env.close()
     episodes = load_episodes(tmp_path)
     assert [[int(s["n"]) for s in e["steps"]] for e in episodes] == [[1, 2, 3], [4]]
+
+
+def test_step_metadata_for_a_dataset_without_any_is_refused(tmp_path):
+    config = _config()
+    config.step_metadata_info = {}
+    backend = rlds_writer.TFDSBackendWriter(tmp_path, config)
+    with pytest.raises(rlds_writer.StepValueError, match=r"declares no step metadata.*'info'"):
+        backend.begin_episode(_obs(0), {"info": {"n": 0}})
+    backend.begin_episode(_obs(0))
+    backend.close()
+    assert len(load_episodes(tmp_path)) == 1
