@@ -272,3 +272,26 @@ def test_recover_command_prints_a_json_report(dataset, capsys):
     assert report["shards"][0]["actions"] == ["truncated"]
     assert cli.main(["recover", str(dataset)]) == 0
     assert "nothing to change" in capsys.readouterr().out
+
+
+def test_every_split_is_recovered(tmp_path):
+    directory = tmp_path / "ds"
+    crash_child.write_dataset(directory, range(4), max_episodes_per_file=3)
+    backend = rlds_writer.TFDSBackendWriter(
+        directory, crash_child.dataset_config(), split_name="eval", mode="append"
+    )
+    for episode_id in range(100, 103):
+        crash_child.record_episode(backend, episode_id)
+    backend.close()
+    # A crash before eval was ever committed, with a torn eval tail.
+    info = layout.read_json(directory / layout.DATASET_INFO)
+    (directory / layout.DATASET_INFO).write_text(
+        json.dumps(layout.with_splits(info, {"train": ([3, 1], 0)}))
+    )
+    with open(directory / layout.shard_name(NAME, "eval", "tfrecord", 0), "ab") as f:
+        f.write(b"\xff" * 9)
+    report = rlds_writer.recover(directory)
+    assert report.splits == {"train": [3, 1], "eval": [3]}
+    assert crash_child.check_records(directory, "eval") == [100, 101, 102]
+    assert crash_child.check_loaded(directory, "eval") == [100, 101, 102]
+    assert rlds_writer.validate(directory)["splits"]["eval"]["episodes"] == 3
