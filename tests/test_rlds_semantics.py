@@ -363,3 +363,26 @@ def test_env_logger_is_a_dm_env_wrapper_that_forwards_the_rest(tmp_path):
         timestep = logged.reset()
         assert_same(timestep.observation, np.array([0, 0], dtype=F32))
         assert env.episode == 0  # the wrapped env really stepped
+
+
+def test_embedded_catch_env_records_terminated_and_truncated_episodes(tmp_path):
+    from rlds_writer.envs.catch import Catch
+
+    env = Catch(rows=5, columns=3, seed=1, max_steps=2)  # truncated after 2 steps
+    long_env = Catch(rows=5, columns=3, seed=1)  # terminates after rows - 1 = 4 steps
+    backend = rlds_writer.TFDSBackendWriter(tmp_path, rlds_writer.config_from_env(env, "catch"))
+    for e in (env, long_env):
+        logged = rlds_writer.EnvLogger(e, backend)
+        timestep = logged.reset()
+        while not timestep.last():
+            timestep = logged.step(1)
+    backend.close()
+    truncated, terminated = load_episodes(tmp_path)
+    assert len(truncated["steps"]) == 3 and len(terminated["steps"]) == 5
+    assert _flags(truncated)[-1] == (False, True, False)
+    assert _flags(terminated)[-1] == (False, True, True)
+    assert_same(_column(truncated, "discount"), np.array([1.0, 1.0, 0.0]))
+    # The same seed drops the ball in the same column; the final reward is +-1.
+    assert_same(truncated["steps"][0]["observation"], terminated["steps"][0]["observation"])
+    assert _column(terminated, "reward")[3] in (1.0, -1.0)
+    assert _column(terminated, "observation").shape == (5, 5, 3)
