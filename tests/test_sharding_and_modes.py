@@ -269,3 +269,17 @@ def test_append_with_other_features_is_refused(tmp_path):
     with pytest.raises(rlds_writer.IncompatibleDatasetError, match="observation"):
         rlds_writer.TFDSBackendWriter(tmp_path, other, mode="append")
     assert len(load_episodes(tmp_path)) == 1
+
+
+def test_append_to_another_split_keeps_both_splits_loadable(tmp_path):
+    train, test = _episodes(3, seed=6), _episodes(2, seed=7)
+    write_with_rlds_writer(tmp_path, _config(), train, max_episodes_per_file=2)
+    write_with_rlds_writer(tmp_path, _config(), test, split_name="test", mode="append")
+    splits = {s["name"]: s["shardLengths"] for s in _json(tmp_path)["splits"]}
+    assert splits == {"train": ["2", "1"], "test": ["2"]}
+    assert "shard-test.tfrecord-00000" in _files(tmp_path)
+    ref = tmp_path.parent / "tfds_reference"
+    write_with_tfds(ref / "train", _config(), train)
+    write_with_tfds(ref / "test", _config(), test, split="test")
+    assert_same(load_episodes(tmp_path, "train"), load_episodes(ref / "train", "train"))
+    assert_same(load_episodes(tmp_path, "test"), load_episodes(ref / "test", "test"))
