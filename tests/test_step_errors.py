@@ -351,3 +351,61 @@ def test_step_metadata_for_a_dataset_without_any_is_refused(tmp_path):
     backend.begin_episode(_obs(0))
     backend.close()
     assert len(load_episodes(tmp_path)) == 1
+
+
+_CAST_DTYPES = [np.bool_, np.int8, np.uint8, np.int32, np.int64, np.uint64, np.float16, np.float32]
+_CAST_INPUTS = {
+    "py_int": 3,
+    "py_negative_int": -2,
+    "py_big_int": 2**40,
+    "py_float": 2.75,
+    "py_bool": True,
+    "np_float64_scalar": np.float64(1.5),
+    "np_int32_scalar": np.int32(7),
+    "np_bool_scalar": np.True_,
+    "numeric_string": "3",
+    "zero_d_array_float64": np.array(1.5),
+}
+
+
+def _cast_with_tfds(feature, value):
+    try:
+        return True, feature.encode_example(value)
+    except Exception:  # noqa: BLE001 - TFDS raises several types
+        return False, None
+
+
+@pytest.mark.parametrize("dtype", _CAST_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_scalar_casting_accepts_and_rejects_exactly_like_tfds(dtype):
+    import warnings
+
+    import tensorflow_datasets as tfds
+
+    from rlds_writer import encoding, steps
+
+    config = rlds_writer.DatasetConfig(name="cast", observation_info=dtype)
+    identity = tfds.core.DatasetIdentity(
+        name="cast", version=tfds.core.Version("0.0.1"), data_dir="/tmp/unused", module_name=""
+    )
+    features = (
+        __import__("tensorflow_datasets.rlds.rlds_base")
+        .rlds.rlds_base.build_info(config, identity)
+        .features
+    )
+    feature = features["steps"]["observation"]
+    layout = steps.StepLayout(encoding.compile_fields(features))
+    for name, value in _CAST_INPUTS.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tfds_ok, expected = _cast_with_tfds(feature, value)
+        buffer = layout.new_buffer()
+        try:
+            buffer.start(value)
+            ours_ok = True
+        except rlds_writer.StepValueError as e:
+            ours_ok = False
+            assert "steps/observation" in str(e)
+        assert ours_ok == tfds_ok, f"{name}: TFDS {'accepts' if tfds_ok else 'rejects'} {value!r}"
+        if ours_ok:
+            got = buffer.finish(terminated=False).columns["steps/observation"][0]
+            assert_same(got, np.asarray(expected))
