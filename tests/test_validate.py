@@ -91,8 +91,11 @@ def test_info_tells_what_recover_would_fix(dataset):
     (dataset / layout.DATASET_INFO).write_text(
         json.dumps(layout.with_splits(info, {"train": ([3, 3], 0)}))
     )
+    with open(dataset / layout.shard_name(NAME, "train", "tfrecord", 3), "ab") as f:
+        f.write(b"\x01" * 5)
     problems = rlds_writer.info(dataset)["problems"]
     assert any("tfrecord-00002 is not listed" in p for p in problems)
+    assert any("tfrecord-00003: truncated record header" in p for p in problems)
     assert "recover" in problems[-1]
 
 
