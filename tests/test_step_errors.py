@@ -380,6 +380,7 @@ def test_scalar_casting_accepts_and_rejects_exactly_like_tfds(dtype):
     import warnings
 
     import tensorflow_datasets as tfds
+    from tensorflow_datasets.rlds import rlds_base
 
     from rlds_writer import encoding, steps
 
@@ -387,11 +388,7 @@ def test_scalar_casting_accepts_and_rejects_exactly_like_tfds(dtype):
     identity = tfds.core.DatasetIdentity(
         name="cast", version=tfds.core.Version("0.0.1"), data_dir="/tmp/unused", module_name=""
     )
-    features = (
-        __import__("tensorflow_datasets.rlds.rlds_base")
-        .rlds.rlds_base.build_info(config, identity)
-        .features
-    )
+    features = rlds_base.build_info(config, identity).features
     feature = features["steps"]["observation"]
     layout = steps.StepLayout(encoding.compile_fields(features))
     for name, value in _CAST_INPUTS.items():
