@@ -313,3 +313,26 @@ def test_local_env_runner_records_whole_episodes_despite_learner_changing_chunks
         assert len(steps) == want["length"] + 1
         assert sum(float(s["reward"]) for s in steps) == pytest.approx(want["ret"])
     assert local_run["results"][-1]["env_runners"]["num_episodes_lifetime"] == len(recorded)
+
+
+def test_an_output_root_holding_recordings_is_refused_without_a_mode(local_run):
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from rlds_writer.errors import DatasetExistsError
+
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0)
+        .rl_module(model_config={"fcnet_hiddens": [8]})
+        .callbacks(RLDSRecorder.with_options(local_run["root"], merge=False))
+    )
+    with pytest.raises(DatasetExistsError, match="writer-00000"):
+        config.build_algo()
+
+
+def test_recorder_options_are_checked():
+    with pytest.raises(TypeError, match="unknown RLDSRecorder options"):
+        RLDSRecorder.with_options("/tmp/x", info_key=["a"])
+    with pytest.raises(ValueError, match="mode='append' with merge=True"):
+        RLDSRecorder.with_options("/tmp/x", mode="append")
