@@ -42,10 +42,12 @@ def make_env() -> gym.Env:
     return _StepCount(gym.make("CartPole-v1", max_episode_steps=20))
 
 
-def reference(actions: np.ndarray, mode: AutoresetMode) -> list[dict[str, Any]]:
+def reference(
+    actions: np.ndarray, mode: AutoresetMode, num_envs: int = NUM_ENVS
+) -> list[dict[str, Any]]:
     """Episodes of each sub-env played separately."""
     episodes = []
-    for i in range(NUM_ENVS):
+    for i in range(num_envs):
         env = make_env()
         obs, info = env.reset(seed=SEED + i)
         ep = {"obs": [obs], "actions": [], "rewards": [], "t": [info["t"]], "terminated": False}
@@ -89,20 +91,34 @@ def key(obs0: np.ndarray) -> bytes:
     return np.asarray(obs0, np.float32).tobytes()
 
 
-@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
-def test_vector_env_records_each_sub_env_episode_aligned(tmp_path, mode):
-    rng = np.random.default_rng(0)
-    actions = rng.integers(0, 2, size=(STEPS, NUM_ENVS))
-    want = reference(actions, mode)
-
-    venv = SyncVectorEnv([make_env] * NUM_ENVS, autoreset_mode=mode)
-    env = RecordRLDSVector(venv, tmp_path / "ds", info_keys=["t"])
+def _record(venv: Any, path: Any, actions: np.ndarray) -> None:
+    env = RecordRLDSVector(venv, path, info_keys=["t"])
     env.reset(seed=SEED)
     for step_actions in actions:
         env.step(step_actions)
     env.close()
 
-    got = load(tmp_path / "ds")
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_vector_env_records_each_sub_env_episode_aligned(tmp_path, mode):
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 2, size=(STEPS, NUM_ENVS))
+    want = reference(actions, mode)
+    _record(SyncVectorEnv([make_env] * NUM_ENVS, autoreset_mode=mode), tmp_path / "ds", actions)
+    _check(load(tmp_path / "ds"), want)
+
+
+def test_async_vector_env_is_recorded_like_the_sync_one(tmp_path):
+    from gymnasium.vector import AsyncVectorEnv
+
+    mode = AutoresetMode.SAME_STEP
+    actions = np.random.default_rng(1).integers(0, 2, size=(60, 2))
+    want = reference(actions, mode, num_envs=2)
+    _record(AsyncVectorEnv([make_env] * 2, autoreset_mode=mode), tmp_path / "ds", actions)
+    _check(load(tmp_path / "ds"), want)
+
+
+def _check(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
     assert len(got) == len(want)
     # Several sub-envs finish episodes in one step; match episodes by their first observation.
     want_by_key = {key(w["obs"][0]): w for w in want}
