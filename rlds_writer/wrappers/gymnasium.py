@@ -305,6 +305,7 @@ class RecordRLDS(gymnasium.Wrapper):
 
     def __init__(self, env: gymnasium.Env, data_directory: epath.PathLike, **kwargs: Any):
         super().__init__(env)
+        kwargs["metadata"] = {**_env_id(env), **dict(kwargs.get("metadata") or {})}
         self._recording = _recording(
             env.observation_space, env.action_space, data_directory, kwargs
         )
@@ -350,6 +351,12 @@ class RecordRLDS(gymnasium.Wrapper):
             self.env.close()
 
 
+def _env_id(env: Any) -> dict[str, Any]:
+    """The Gymnasium id of a registered env (for `metadata.json`), if it has one."""
+    spec = getattr(env, "spec", None)
+    return {"env_id": spec.id} if spec is not None and getattr(spec, "id", None) else {}
+
+
 def _env_info(infos: Mapping[str, Any], index: int) -> dict[str, Any]:
     """The `info` of sub-env `index` from a vector env's batched info dict."""
     out: dict[str, Any] = {}
@@ -387,7 +394,12 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
 
         mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         self._mode = AutoresetMode(mode) if not isinstance(mode, AutoresetMode) else mode
-        metadata = {"autoreset_mode": self._mode.value, **dict(kwargs.pop("metadata", None) or {})}
+        metadata = {
+            "autoreset_mode": self._mode.value,
+            "num_envs": env.num_envs,
+            **_env_id(env),
+            **dict(kwargs.pop("metadata", None) or {}),
+        }
         self._recording = _recording(
             env.single_observation_space,
             env.single_action_space,
