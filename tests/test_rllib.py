@@ -289,8 +289,18 @@ def local_run(ray_session, tmp_path_factory):
     )
     algo = config.build_algo()
     results = [algo.train() for _ in range(3)]
+    from rlds_writer.integrations.rllib import finish_recording, recorded_episode_counts
+
+    finished = finish_recording(algo)  # merge=False: returns the runner directories
+    counts = recorded_episode_counts(root)  # before stop(): everything is on disk already
     algo.stop()
-    return {"root": root, "events": _events(str(log_dir)), "results": results}
+    return {
+        "root": root,
+        "events": _events(str(log_dir)),
+        "results": results,
+        "finished": finished,
+        "counts": counts,
+    }
 
 
 def test_local_env_runner_records_whole_episodes_despite_learner_changing_chunks(local_run):
@@ -313,6 +323,8 @@ def test_local_env_runner_records_whole_episodes_despite_learner_changing_chunks
         assert len(steps) == want["length"] + 1
         assert sum(float(s["reward"]) for s in steps) == pytest.approx(want["ret"])
     assert local_run["results"][-1]["env_runners"]["num_episodes_lifetime"] == len(recorded)
+    assert local_run["finished"] == dirs
+    assert local_run["counts"] == {"train": len(recorded)}
 
 
 def test_an_output_root_holding_recordings_is_refused_without_a_mode(local_run):
