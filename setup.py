@@ -28,6 +28,8 @@ _EXTRAS = {
         "pyarrow>=14",
     ],
     "beam": ["apache-beam>=2.60"],
+    # `tfds build` imports mlcroissant; code-based builders need importlib_resources.
+    "builders": ["apache-beam>=2.60", "mlcroissant>=1.0", "importlib_resources>=6"],
 }
 _EXTRAS["all"] = sorted({dep for deps in _EXTRAS.values() for dep in deps})
 _EXTRAS["test"] = ["pytest>=8", "hypothesis>=6.100", "ruff>=0.5", "psutil>=5.9"]
