@@ -345,3 +345,42 @@ def test_core_imports_without_gymnasium_or_ray():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "needs gymnasium"
+
+
+def test_reset_mid_episode_records_it_cut_short(tmp_path):
+    env = RecordRLDS(gym.make("CartPole-v1"), tmp_path / "ds")
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(0)
+    env.reset(seed=1)
+    env.step(1)
+    env.close()
+    first, second = load(tmp_path / "ds")
+    assert len(first["steps"]) == 4 and len(second["steps"]) == 2
+    for episode in (first, second):
+        assert episode["steps"][-1]["is_last"] and not episode["steps"][-1]["is_terminal"]
+
+
+def test_types_inferred_mid_episode_when_the_first_episode_is_long(tmp_path):
+    # The dataset is created after `infer_max_steps` buffered steps, mid-episode.
+    env = RecordRLDS(
+        gym.make("CartPole-v1"),
+        tmp_path / "ds",
+        step_fn=lambda obs, action, reward, te, tr, info: {"a": -1 if action is None else action},
+        infer_max_steps=5,
+    )
+    actions = action_lists(env.action_space, 2, 500, seed=5)
+    want = rollout(gym.make("CartPole-v1"), [0, 1], actions)
+    assert len(want[0]["obs"]) > 6
+    env.reset(seed=0)
+    for a in actions[0][:4]:
+        env.step(a)
+    assert env.recorder.ready  # 5 steps buffered: the writer exists, the episode goes on
+    for a in actions[0][4 : len(want[0]["actions"])]:
+        env.step(a)
+    rollout(env, [1], actions[1:])
+    env.close()
+    got = load(tmp_path / "ds")
+    for g, w in zip(got, want):
+        assert_episode_matches(g, w)
+        assert [s["a"] for s in g["steps"]] == [-1] + [int(a) for a in w["actions"]]
