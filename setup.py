@@ -32,7 +32,16 @@ _EXTRAS = {
     "builders": ["apache-beam>=2.60", "mlcroissant>=1.0", "importlib_resources>=6"],
 }
 _EXTRAS["all"] = sorted({dep for deps in _EXTRAS.values() for dep in deps})
-_EXTRAS["test"] = ["pytest>=8", "hypothesis>=6.100", "ruff>=0.5", "psutil>=5.9"]
+_EXTRAS["test"] = [
+    "pytest>=8",
+    "hypothesis>=6.100",
+    "ruff>=0.5",
+    "psutil>=5.9",
+    # tests/test_colabs.py executes the notebooks
+    "nbclient>=0.10",
+    "nbformat>=5.9",
+    "ipykernel>=6.29",
+]
 
 setup(
     name="rlds_writer",
