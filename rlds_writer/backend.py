@@ -81,6 +81,7 @@ class TFDSBackendWriter:
         # later updates add to the keys earlier runs wrote instead of dropping them.
         self._metadata = dict(self.writer._metadata or {}) if store_ds_metadata else {}
         self._buffer: steps.EpisodeBuffer | None = None
+        self._spare: steps.EpisodeBuffer | None = None
         self._closed = False
         # At interpreter exit an open episode is ended (cut short) and written.
         _OPEN_RECORDERS.add(self)
@@ -109,7 +110,8 @@ class TFDSBackendWriter:
         """
         if self._buffer is not None:
             self.end_episode(terminated=False)
-        buffer = self.writer.new_buffer()
+        buffer = self._spare if self._spare is not None else self.writer.new_buffer()
+        self._spare = None
         buffer.start(observation, step_metadata)
         self._buffer = buffer
 
@@ -145,7 +147,9 @@ class TFDSBackendWriter:
         buffer, self._buffer = self._buffer, None
         if buffer is None:
             return
-        self.writer.write(buffer.finish(terminated), self.split_name)
+        episode = buffer.finish(terminated)
+        self._spare = buffer  # empty again: reused for the next episode
+        self.writer.write(episode, self.split_name)
 
     def flush(self) -> None:
         """Blocks until every ended episode is on disk and listed."""

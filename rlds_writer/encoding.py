@@ -17,6 +17,7 @@ Wire format reminder (tensorflow/core/example/{example,feature}.proto):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import zlib
 from collections.abc import Mapping
@@ -38,6 +39,34 @@ PNG = "png"  # Image(encoding_format="png") of uint8: PNG-encoded with Pillow, i
 FALLBACK = "fallback"  # Anything else: TFDS's own encoder.
 
 STEPS = "steps"
+
+
+class RowBytes:
+    """A per-step tensor column kept as one raw-bytes row per step.
+
+    Bytes-encoded tensors are stored exactly as these rows, so the encoder
+    writes them without stacking them into one array first.
+
+    Attributes:
+      rows: one `bytes` per step (C order, the field's dtype).
+      shape: the shape of one step's value.
+      dtype: the field's dtype.
+    """
+
+    __slots__ = ("rows", "shape", "dtype")
+
+    def __init__(self, rows: list[bytes], shape: tuple[int, ...], dtype: np.dtype):
+        self.rows = rows
+        self.shape = shape
+        self.dtype = dtype
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        flat = np.frombuffer(b"".join(self.rows), dtype=self.dtype)
+        arr = flat.reshape((len(self.rows),) + tuple(self.shape))
+        return arr if dtype is None else arr.astype(dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,10 +299,23 @@ def encode_png(image: np.ndarray) -> bytes:
 # Protobuf wire primitives.
 
 
+def _varint_slow(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+# Lengths of keys, headers and small features repeat: look them up.
+_SMALL_VARINTS = [_varint_slow(i) for i in range(1 << 14)]
+
+
 def _varint(n: int) -> bytes:
     """Encodes a non-negative int as a protobuf varint."""
-    if n < 0x80:
-        return bytes((n,))
+    if n < 16384:
+        return _SMALL_VARINTS[n]
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -297,6 +339,9 @@ def encode_varints(values: np.ndarray) -> bytes:
     Returns:
       The packed varint bytes.
     """
+    if isinstance(values, np.ndarray) and values.dtype == np.bool_:
+        # 0 and 1 are one-byte varints: the bools' own bytes.
+        return np.ascontiguousarray(values).reshape(-1).view(np.uint8).tobytes()
     u = np.ascontiguousarray(values, dtype=np.int64).reshape(-1).view(np.uint64)
     if u.size == 0:
         return b""
@@ -346,6 +391,25 @@ def _read_only(arr: np.ndarray) -> np.ndarray:
 _ROW_PARTS_MIN = 4096
 
 
+def _row_bytes_parts(rows: list[bytes]) -> tuple[list[Any], int]:
+    """`bytes_feature` of equal-length rows given as bytes, without copying them."""
+    if not rows:
+        out = _len_delimited(b"\x0a", b"")
+        return [out], len(out)
+    width = len(rows[0])
+    row_header = b"\x0a" + _varint(width)
+    inner_len = len(rows) * (len(row_header) + width)
+    head = b"\x0a" + _varint(inner_len)
+    if width < _ROW_PARTS_MIN:
+        body = row_header + row_header.join(rows)
+        return [head, body], len(head) + inner_len
+    parts: list[Any] = [head]
+    for row in rows:
+        parts.append(row_header)
+        parts.append(row)
+    return parts, len(head) + inner_len
+
+
 def _fixed_bytes_parts(rows: np.ndarray) -> tuple[list[Any], int]:
     """`bytes_feature` for equal-length rows, as parts: (parts, total length)."""
     n = rows.shape[0]
@@ -377,8 +441,13 @@ def map_entry(key: bytes, feature: bytes) -> bytes:
     return _len_delimited(b"\x0a", entry)
 
 
+@functools.lru_cache(maxsize=4096)
 def _map_entry_header(key: bytes, feature_len: int) -> bytes:
-    """The bytes of a map entry that precede its `Feature` value."""
+    """The bytes of a map entry that precede its `Feature` value.
+
+    Cached: with fixed-shape fields and recurring episode lengths, the same
+    (key, length) pairs come back episode after episode.
+    """
     key_part = _len_delimited(b"\x0a", key)
     value_head = b"\x12" + _varint(feature_len)
     entry_len = len(key_part) + len(value_head) + feature_len
@@ -459,6 +528,8 @@ def encode_field_parts(field: FieldSpec, values: Any) -> tuple[list[Any], int]:
         payload = encode_varints(arr)
         return _packed_parts(b"\x1a", payload, len(payload))
     if kind == BYTES and field.in_steps:
+        if isinstance(values, RowBytes):
+            return _row_bytes_parts(values.rows)
         return _fixed_bytes_parts(np.asarray(values))
     if kind == TEXT:
         items = [_as_text_bytes(v) for v in values] if field.in_steps else [_as_text_bytes(values)]

@@ -154,7 +154,7 @@ class _ScalarColumn:
 
     __slots__ = ("field", "dtype", "items", "_fast", "append")
 
-    def __init__(self, field: encoding.FieldSpec, pool: _BufferPool | None = None):
+    def __init__(self, field: encoding.FieldSpec):
         self.field = field
         self.dtype = field.dtype
         self.items: list[Any] = []
@@ -173,6 +173,9 @@ class _ScalarColumn:
     def truncate(self, n: int) -> None:
         del self.items[n:]
 
+    def reset(self) -> None:
+        self.items = []
+
     def values(self) -> np.ndarray:
         try:
             return np.array(self.items, dtype=self.dtype)
@@ -187,109 +190,46 @@ class _ScalarColumn:
             raise
 
 
-class _BufferPool:
-    """Recycles column buffers between episodes.
-
-    Fresh multi-megabyte allocations cost a page fault per 4 KiB page, which
-    for image observations costs more than the copy itself; buffers of
-    finished episodes are returned here by the writer thread once encoded.
-    """
-
-    def __init__(self, max_per_key: int = 4):
-        self._free: dict[str, list[np.ndarray]] = {}
-        self._max = max_per_key
-
-    def take(self, key: str, min_capacity: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
-        free = self._free.get(key)
-        while free:
-            try:
-                buf = free.pop()
-            except IndexError:
-                break
-            if buf.shape[0] >= min_capacity:
-                return buf
-        return np.empty((min_capacity,) + shape, dtype=dtype)
-
-    def give(self, key: str, buf: np.ndarray) -> None:
-        free = self._free.setdefault(key, [])
-        if len(free) < self._max:
-            free.append(buf)
-
-
 class _ArrayColumn:
-    """A fixed-shape tensor field: one row per step, stacked at episode end.
+    """A fixed-shape tensor field: one row of raw bytes per step.
 
-    Small rows are kept as copies in a list (a copy is cheaper than numpy's
-    row assignment) and stacked once at episode end into a recycled buffer;
-    large rows (images) are copied straight into a recycled, growing buffer.
-    Either way a row is copied when appended, so envs may reuse their arrays.
+    `ndarray.tobytes()` copies a row (so envs may reuse their arrays) several
+    times faster than numpy's row assignment or `copy()`, and joining the rows
+    at episode end is one memcpy. Bytes-encoded fields are never joined: the
+    encoder writes the rows as they are.
     """
 
-    __slots__ = ("field", "shape", "dtype", "buf", "n", "rows", "append", "_pool")
+    __slots__ = ("field", "shape", "dtype", "rows", "append")
 
-    # Rows at least this large go straight into the buffer.
-    LARGE_ROW = 16384
-
-    def __init__(
-        self, field: encoding.FieldSpec, pool: _BufferPool | None = None, capacity: int = 64
-    ):
+    def __init__(self, field: encoding.FieldSpec):
         self.field = field
         self.shape = field.shape
         self.dtype = field.dtype
-        self._pool = pool
-        self.n = 0
-        self.rows: list[np.ndarray] | None = None
-        self.buf: np.ndarray | None = None
-        row_bytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-        if row_bytes >= self.LARGE_ROW:
-            self.buf = self._take(capacity)
-            self.append = self._append_to_buffer
-        else:
-            self.rows = []
-            self.append = self._append_to_list
+        self.rows: list[bytes] = []
+        self.append = self._append
 
-    def _take(self, capacity: int) -> np.ndarray:
-        if self._pool is not None:
-            return self._pool.take(self.field.key, capacity, self.shape, self.dtype)
-        return np.empty((capacity,) + self.shape, dtype=self.dtype)
+    @property
+    def n(self) -> int:
+        return len(self.rows)
 
-    def _append_to_list(self, value: Any) -> None:
+    def _append(self, value: Any) -> None:
         if type(value) is np.ndarray and value.dtype is self.dtype and value.shape == self.shape:
-            self.rows.append(value.copy())
+            self.rows.append(value.tobytes())
         else:
-            self.rows.append(np.array(cast_value(self.field, value)))
-        self.n += 1
-
-    def _append_to_buffer(self, value: Any) -> None:
-        if not (
-            type(value) is np.ndarray and value.dtype is self.dtype and value.shape == self.shape
-        ):
-            value = cast_value(self.field, value)
-        n = self.n
-        if n == self.buf.shape[0]:
-            self._grow()
-        self.buf[n] = value
-        self.n = n + 1
-
-    def _grow(self) -> None:
-        new = np.empty((self.buf.shape[0] * 2,) + self.shape, dtype=self.dtype)
-        new[: self.n] = self.buf[: self.n]
-        self.buf = new
+            self.rows.append(cast_value(self.field, value).tobytes())
 
     def truncate(self, n: int) -> None:
-        if self.rows is not None:
-            del self.rows[n:]
-        self.n = min(self.n, n)
+        del self.rows[n:]
 
-    def values(self) -> np.ndarray:
-        if self.rows is not None:
-            self.buf = self._take(self.n)
-            out = self.buf[: self.n]
-            if self.n:
-                np.stack(self.rows, out=out)
-            self.rows = []
-            return out
-        return self.buf[: self.n]
+    def reset(self) -> None:
+        self.rows = []
+
+    def values(self) -> np.ndarray | encoding.RowBytes:
+        rows = self.rows
+        if self.field.kind == encoding.BYTES:
+            return encoding.RowBytes(rows, self.shape, self.dtype)
+        flat = np.frombuffer(b"".join(rows), dtype=self.dtype)
+        return flat.reshape((len(rows),) + self.shape)
 
 
 class _ListColumn:
@@ -297,7 +237,7 @@ class _ListColumn:
 
     __slots__ = ("field", "items", "_is_text", "append")
 
-    def __init__(self, field: encoding.FieldSpec, pool: _BufferPool | None = None):
+    def __init__(self, field: encoding.FieldSpec):
         self.field = field
         self.items: list[Any] = []
         self._is_text = field.kind == encoding.TEXT
@@ -315,6 +255,9 @@ class _ListColumn:
     def truncate(self, n: int) -> None:
         del self.items[n:]
 
+    def reset(self) -> None:
+        self.items = []
+
     def values(self) -> list[Any]:
         return self.items
 
@@ -323,13 +266,11 @@ def _skip(value: Any) -> None:
     """Appender for a group the dataset does not store (e.g. no discount)."""
 
 
-def _make_column(
-    field: encoding.FieldSpec, pool: _BufferPool | None, capacity: int
-) -> _ArrayColumn | _ScalarColumn | _ListColumn:
+def _make_column(field: encoding.FieldSpec) -> _ArrayColumn | _ScalarColumn | _ListColumn:
     if field.kind in (encoding.FLOAT, encoding.INT) and field.shape == ():
         return _ScalarColumn(field)
     if field.kind in (encoding.FLOAT, encoding.INT, encoding.BYTES, encoding.ZLIB):
-        return _ArrayColumn(field, pool, capacity)
+        return _ArrayColumn(field)
     return _ListColumn(field)
 
 
@@ -391,29 +332,17 @@ class Episode:
       num_steps: number of steps.
     """
 
-    __slots__ = ("columns", "episode_values", "num_steps", "_buffers", "_layout")
+    __slots__ = ("columns", "episode_values", "num_steps")
 
-    def __init__(
-        self,
-        columns: dict[str, Any],
-        episode_values: dict[str, Any],
-        num_steps: int,
-        buffers: dict[str, np.ndarray] | None = None,
-        layout: StepLayout | None = None,
-    ):
+    def __init__(self, columns: dict[str, Any], episode_values: dict[str, Any], num_steps: int):
         self.columns = columns
         self.episode_values = episode_values
         self.num_steps = num_steps
-        self._buffers = buffers or {}
-        self._layout = layout
 
     def release(self) -> None:
-        """Returns the column buffers for reuse; the columns must not be used after."""
-        if self._layout is not None:
-            for key, buf in self._buffers.items():
-                self._layout.pool.give(key, buf)
-        self._buffers = {}
+        """Drops the episode's data once it is written."""
         self.columns = {}
+        self.episode_values = {}
 
 
 class StepLayout:
@@ -437,9 +366,6 @@ class StepLayout:
         self.flag_keys = {name: f"{encoding.STEPS}/{name}" for name in _FLAGS if name in groups}
         self.zeros = {f.key: f.zero() for f in step_fields if f.path[1] in _TRANSITION}
         self._warned_missing_episode = False
-        self.pool = _BufferPool()
-        # Typical episode length, so recycled or new buffers rarely grow.
-        self.capacity_hint = 64
 
     def new_buffer(self) -> EpisodeBuffer:
         return EpisodeBuffer(self)
@@ -449,8 +375,9 @@ class EpisodeBuffer:
     """Collects the steps of one episode in per-field columns.
 
     Call `start` with the first observation, `add` once per transition, then
-    `finish`. A step that fails validation is rolled back entirely: the buffer
-    stays as it was before the call, and the error propagates.
+    `finish`, after which the buffer is empty and can record the next episode.
+    A step that fails validation is rolled back entirely: the buffer stays as
+    it was before the call, and the error propagates.
     """
 
     def __init__(self, layout: StepLayout):
@@ -460,7 +387,7 @@ class EpisodeBuffer:
         self._transition_columns: list[Any] = []
 
         def leaf(field: encoding.FieldSpec) -> Callable[[Any], None]:
-            column = _make_column(field, layout.pool, layout.capacity_hint)
+            column = _make_column(field)
             self.columns[field.key] = column
             return column.append
 
@@ -593,14 +520,10 @@ class EpisodeBuffer:
             if column.n == n - 1:
                 column.append(zero)
         out: dict[str, Any] = {}
-        buffers: dict[str, np.ndarray] = {}
         for key, column in self.columns.items():
             if column.n != n:
                 raise RuntimeError(f"internal: column {key} has {column.n} values for {n} steps")
             out[key] = column.values()
-            if type(column) is _ArrayColumn:
-                buffers[key] = column.buf
-        layout.capacity_hint = max(layout.capacity_hint, n)
         flags = layout.flag_keys
         if IS_FIRST in flags:
             first = np.zeros(n, dtype=np.bool_)
@@ -626,5 +549,9 @@ class EpisodeBuffer:
                 layout._warned_missing_episode = True
             for key in missing:
                 episode_values[key] = layout.episode_fields[key].zero()
-        self.columns = {}
-        return Episode(out, episode_values, n, buffers, layout)
+        # The columns gave their storage away: the buffer is empty and reusable.
+        for column in self.columns.values():
+            column.reset()
+        self._episode_values = {}
+        self.num_steps = 0
+        return Episode(out, episode_values, n)

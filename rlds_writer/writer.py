@@ -88,6 +88,9 @@ class ShardFile:
         parts = [record] if isinstance(record, bytes | bytearray | memoryview) else record
         if length is None:
             length = sum(len(p) for p in parts)
+        if len(parts) > 1 and length < _JOIN_BELOW:
+            # Small record: one join beats per-part CRC and iovec handling.
+            parts = [b"".join(parts)]
         if self.file_format == "tfrecord":
             from rlds_writer import tfrecord
 
@@ -137,6 +140,8 @@ class ShardFile:
 
 
 _IOV_MAX = 1024
+# Records smaller than this are joined into one bytes object before writing.
+_JOIN_BELOW = 1 << 18
 
 
 def _writev_all(fd: int, parts: list[Any]) -> None:
