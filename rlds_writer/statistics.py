@@ -4,10 +4,12 @@
 would report (`*_mean`, `*_min`, `*_max` of returns, lengths and custom
 metrics) are computed afterwards from the dataset.
 
-Reading is streaming: episodes are read one at a time through
-`tfds.builder_from_directory(...).as_dataset(...)`, and only the fields that
-are needed (reward, the RLDS flags, numeric step metadata) leave the input
-pipeline. Means, standard deviations, minima and maxima are running values
+Reading is streaming: the shard files listed by
+`tfds.builder_from_directory(path).info` are read in order, a small batch of
+episodes at a time (tfrecord through `tf.data.TFRecordDataset`, array_record
+through its reader), and TensorFlow parses only the keys that are needed
+(reward, the RLDS flags, numeric step metadata) from the stored
+`tf.train.Example`s. Means, standard deviations, minima and maxima are running values
 (Welford's algorithm). The exact median of the episode return and length needs
 every value, so one float per episode is kept for those two (O(episodes)
 floats: 16 MB for a million episodes); nothing per step is kept.
@@ -33,6 +35,7 @@ from __future__ import annotations
 import array
 import math
 import os
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -41,8 +44,6 @@ import numpy as np
 _CORE_STEP_FIELDS = frozenset(
     {"observation", "action", "reward", "discount", "is_first", "is_last", "is_terminal"}
 )
-# Batch size used if an episode's step count is unknown (never for TFDS's own datasets).
-_UNKNOWN_BATCH = np.int64(1 << 16)
 
 
 class RunningStats:
@@ -140,91 +141,114 @@ class _SplitAccumulator:
 
 
 def _episode_length(columns: Mapping[str, np.ndarray]) -> int:
-    for values in columns.values():
-        return int(values.shape[0])
-    return 0
+    return int(columns[_LENGTH_KEY].shape[0])
 
 
-def _flatten_steps_spec(spec: Any, prefix: str = "") -> dict[str, Any]:
-    """Flattens the nested `steps` element spec into `path -> TensorSpec`."""
-    if isinstance(spec, Mapping):
-        out = {}
-        for key, sub in spec.items():
-            out.update(_flatten_steps_spec(sub, f"{prefix}{key}/"))
-        return out
-    return {prefix.rstrip("/"): spec}
+# Numeric kinds this module reads straight from the serialized records.
+_NUMERIC_KINDS = ("float", "int", "bytes", "zlib")
+# Every RLDS dataset has is_first; its row length is the episode's step count.
+_LENGTH_KEY = "is_first"
+_RECORDS_PER_BATCH = 64
 
 
-def _is_numeric(tensor_spec: Any) -> bool:
-    dtype = tensor_spec.dtype
-    return bool(dtype.is_floating or dtype.is_integer or dtype.is_bool)
+def _selected_fields(fields: Sequence[Any]) -> tuple[list[Any], list[str]]:
+    """Returns (the step fields to read, the names of numeric step-metadata fields).
+
+    Args:
+      fields: the dataset's leaf fields (`encoding.compile_fields`).
+    """
+    wanted = []
+    metadata = []
+    for field in fields:
+        if not field.in_steps or field.kind not in _NUMERIC_KINDS or None in field.shape:
+            continue
+        if field.dtype is None or np.dtype(field.dtype).kind not in "biuf":
+            continue
+        name = "/".join(field.path[1:])
+        top = field.path[1]
+        if top in ("reward", "is_terminal", "is_last", _LENGTH_KEY):
+            wanted.append(field)
+        elif top not in _CORE_STEP_FIELDS:
+            wanted.append(field)
+            metadata.append(name)
+    if not any(f.path[1:] == (_LENGTH_KEY,) for f in wanted):
+        raise ValueError("not an RLDS dataset: steps have no is_first field")
+    return wanted, sorted(metadata)
 
 
-def _selected_fields(steps_spec: Any) -> tuple[list[str], list[str]]:
-    """Returns (core fields to read, numeric step-metadata fields), as flat paths."""
-    flat = _flatten_steps_spec(steps_spec)
-    core = [k for k in ("reward", "is_terminal", "is_last") if k in flat]
-    metadata = sorted(
-        k for k, s in flat.items() if k.split("/")[0] not in _CORE_STEP_FIELDS and _is_numeric(s)
-    )
-    if not core and not metadata:
-        # Episode length still needs one column; is_first is in every RLDS dataset.
-        core = [next(iter(flat))]
-    return core, metadata
-
-
-def _get(nested: Mapping[str, Any], path: str) -> Any:
-    for key in path.split("/"):
-        nested = nested[key]
-    return nested
-
-
-def _episode_columns(ds: Any, fields: Sequence[str]) -> Any:
-    """Maps a dataset of episodes to one dict of `[num_steps, ...]` tensors each."""
+def _parse_spec(fields: Sequence[Any]) -> dict[str, Any]:
     import tensorflow as tf
 
-    def select(step: Mapping[str, Any]) -> dict[str, Any]:
-        return {path: _get(step, path) for path in fields}
-
-    def to_columns(episode: Mapping[str, Any]) -> dict[str, Any]:
-        steps = episode["steps"]
-        # TFDS builds `steps` from tensor slices, so its cardinality is known; a
-        # batch of exactly that size holds the episode (a huge constant batch
-        # size would make tf.data reserve memory for it).
-        count = steps.cardinality()
-        fallback = tf.where(count == 0, tf.constant(1, tf.int64), _UNKNOWN_BATCH)
-        size = tf.where(count > 0, count, fallback)
-        batched = steps.map(select).batch(size)
-        # An episode with no steps yields no batch: append an empty one, take the first.
-        empty = tf.data.Dataset.from_tensors(
-            {
-                k: tf.zeros([0, *spec.shape[1:]], spec.dtype)
-                for k, spec in batched.element_spec.items()
-            }
-        )
-        return batched.concatenate(empty).take(1).get_single_element()
-
-    return ds.map(to_columns, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dtypes = {"float": tf.float32, "int": tf.int64, "bytes": tf.string, "zlib": tf.string}
+    return {f.key: tf.io.VarLenFeature(dtypes[f.kind]) for f in fields}
 
 
-def _iter_split(builder: Any, split: str, fields: Sequence[str]) -> Iterator[dict[str, np.ndarray]]:
-    import tensorflow_datasets as tfds
+def _column(field: Any, values: np.ndarray, steps: int) -> np.ndarray:
+    """Decodes one field's serialized values of one episode to `[steps, *shape]`."""
+    if field.kind in ("bytes", "zlib"):
+        raw = [zlib.decompress(v) if field.kind == "zlib" else v for v in values]
+        values = np.frombuffer(b"".join(raw), dtype=np.dtype(field.dtype).newbyteorder("<"))
+    return np.asarray(values).reshape((steps, *field.shape))
 
+
+def _iter_serialized(builder: Any, split: str) -> Iterator[list[bytes]]:
+    """Yields batches of serialized episodes of a split, in order, streaming."""
     file_format = builder.info.file_format
-    if getattr(file_format, "value", file_format) == "array_record":
-        # TFDS has no as_dataset() for ArrayRecord files: use its random-access data source.
-        yield from _iter_data_source(builder.as_data_source(split=split), fields)
-        return
-    ds = builder.as_dataset(split=split, shuffle_files=False)
-    ds = _episode_columns(ds, fields).prefetch(2)
-    yield from tfds.as_numpy(ds)
+    file_format = getattr(file_format, "value", file_format)
+    for instruction in builder.info.splits[split].file_instructions:
+        path = os.fspath(instruction.filename)
+        first = int(instruction.skip or 0)
+        take = int(instruction.take)
+        if file_format == "array_record":
+            from array_record.python import array_record_module
+
+            reader = array_record_module.ArrayRecordReader(path)
+            try:
+                stop = reader.num_records() if take < 0 else first + take
+                for start in range(first, stop, _RECORDS_PER_BATCH):
+                    yield list(reader.read(start, min(start + _RECORDS_PER_BATCH, stop)))
+            finally:
+                reader.close()
+        elif file_format == "tfrecord":
+            import tensorflow as tf
+
+            ds = tf.data.TFRecordDataset(path, buffer_size=1 << 20).skip(first)
+            if take >= 0:
+                ds = ds.take(take)
+            for batch in ds.batch(_RECORDS_PER_BATCH).as_numpy_iterator():
+                yield list(batch)
+        else:
+            raise NotImplementedError(f"{path}: statistics of {file_format} files")
 
 
-def _iter_data_source(source: Any, fields: Sequence[str]) -> Iterator[dict[str, np.ndarray]]:
-    for index in range(len(source)):
-        steps = source[index]["steps"]
-        rows = [steps[j] for j in range(len(steps))]
-        yield {path: np.asarray([_get(row, path) for row in rows]) for path in fields}
+def _iter_split(builder: Any, split: str, fields: Sequence[Any]) -> Iterator[dict[str, np.ndarray]]:
+    """Yields, per episode, `field path -> [steps, *shape]` for the selected fields.
+
+    The records are parsed by TensorFlow for just these keys (one parse per
+    batch of episodes); TFDS's full decoding of every feature, with a nested
+    `tf.data.Dataset` per episode, is avoided: it is several times slower and
+    its memory use grows slowly with the number of episodes read.
+    """
+    import tensorflow as tf
+
+    spec = _parse_spec(fields)
+    parse = tf.function(lambda records: tf.io.parse_example(records, spec))
+    length_key = f"steps/{_LENGTH_KEY}"
+    for batch in _iter_serialized(builder, split):
+        parsed = parse(tf.constant(batch))
+        # parse_example's sparse outputs have one row per record, even an empty one.
+        columns = {}
+        for key, sparse in parsed.items():
+            ragged = tf.RaggedTensor.from_sparse(sparse)
+            columns[key] = (ragged.values.numpy(), ragged.row_splits.numpy())
+        lengths = np.diff(columns[length_key][1])
+        for i in range(len(batch)):
+            episode = {}
+            for field in fields:
+                values, row_splits = columns[field.key]
+                row = values[row_splits[i] : row_splits[i + 1]]
+                episode["/".join(field.path[1:])] = _column(field, row, int(lengths[i]))
+            yield episode
 
 
 def compute_statistics(
@@ -269,8 +293,9 @@ def compute_statistics(
         unknown = [s for s in names if s not in available]
         if unknown:
             raise ValueError(f"{path}: no split {unknown}; the dataset has splits {available}")
-    steps_spec = builder.info.features["steps"].get_tensor_spec().element_spec
-    core, metadata = _selected_fields(steps_spec)
+    from rlds_writer import encoding
+
+    fields, metadata = _selected_fields(encoding.compile_fields(builder.info.features))
     out: dict[str, Any] = {
         "path": os.fspath(path),
         "name": builder.info.name,
@@ -282,7 +307,7 @@ def compute_statistics(
         total = builder.info.splits[name].num_examples
         if total:
             bar = tqdm(
-                _iter_split(builder, name, core + metadata),
+                _iter_split(builder, name, fields),
                 total=total,
                 desc=f"{name}",
                 unit="ep",
@@ -352,30 +377,17 @@ def format_statistics(stats: Mapping[str, Any]) -> str:
         return f"{v:.6g}" if isinstance(v, float) else str(v)
 
     lines = [f"{stats['path']}  ({stats['name']} {stats['version']})"]
+    columns = ("mean", "std", "min", "median", "max")
     for name, s in stats["splits"].items():
+        rows = [("episode return", s["episode_return"]), ("episode length", s["episode_length"])]
+        rows += [(f"{field} (episode mean)", row) for field, row in s["step_metadata"].items()]
+        width = max(len(label) for label, _ in rows) + 2
         lines.append(
             f"split {name}: {s['episodes']} episodes, {s['steps']} steps, "
             f"{s['terminated']} terminated, {s['truncated']} truncated"
         )
-        lines.append(
-            f"  {'':28s} {'mean':>12s} {'std':>12s} {'min':>12s} {'median':>12s} {'max':>12s}"
-        )
-        for label, key in (
-            ("episode return", "episode_return"),
-            ("episode length", "episode_length"),
-        ):
-            row = s[key]
-            lines.append(
-                f"  {label:28s} "
-                + " ".join(f"{num(row[k]):>12s}" for k in ("mean", "std", "min", "median", "max"))
-            )
-        for field, row in s["step_metadata"].items():
-            label = f"{field} (episode mean)"
-            lines.append(
-                f"  {label:28s} "
-                + " ".join(
-                    f"{num(row.get(k)) if k != 'median' else '':>12s}"
-                    for k in ("mean", "std", "min", "median", "max")
-                )
-            )
+        lines.append("  " + " " * width + " ".join(f"{c:>12s}" for c in columns))
+        for label, row in rows:
+            cells = " ".join(f"{num(row.get(c)) if c in row else '':>12s}" for c in columns)
+            lines.append(f"  {label:{width}s}{cells}")
     return "\n".join(lines)

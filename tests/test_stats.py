@@ -171,3 +171,33 @@ def test_array_record_dataset_gives_the_same_statistics_as_tfrecord(tmp_path, ca
     capsys.readouterr()
     assert results["tfrecord"] == results["array_record"]
     assert results["tfrecord"]["episodes"] == 6
+
+
+def test_encoded_fields_are_decoded_float64_reward_and_zlib_metadata(tmp_path):
+    cfg = rlds_writer.DatasetConfig(
+        name="encoded",
+        observation_info=np.float32,
+        action_info=np.int64,
+        reward_info=tfds.features.Tensor(shape=(), dtype=np.float64, encoding="bytes"),
+        discount_info=np.float32,
+        step_metadata_info={
+            "z": tfds.features.Tensor(shape=(2,), dtype=np.float32, encoding="zlib"),
+        },
+    )
+    rewards = [[0.1, 1e-9, 1 / 3], [2.5]]
+    with rlds_writer.DatasetWriter(tmp_path / "ds", cfg) as writer:
+        for ep, rs in enumerate(rewards):
+            buffer = writer.new_buffer()
+            buffer.start(np.float32(0), {"z": np.array([ep, 1], np.float32)})
+            for r in rs:
+                buffer.add(
+                    0, np.float64(r), 1.0, np.float32(0), {"z": np.array([ep, 3], np.float32)}
+                )
+            writer.write(buffer.finish(terminated=True))
+    s = statistics.compute_statistics(tmp_path / "ds", per_episode=True)["splits"]["train"]
+    # float64 kept exactly (bytes encoding), not rounded to float32.
+    want = [float(np.sum(np.array(rs + [0.0], np.float64))) for rs in rewards]
+    assert s["per_episode"]["return"] == want
+    assert float(np.float32(want[0])) != want[0]  # the check above would fail at float32
+    z_means = [np.mean([[0, 1]] + [[0, 3]] * 3), np.mean([[1, 1], [1, 3]])]
+    _check_summary(s["step_metadata"]["z"], np.array(z_means), median=False)
