@@ -200,7 +200,13 @@ def test_minari_dataset_from_data_collector(tmp_path, monkeypatch):
             _, _, terminated, truncated, _ = env.step(env.action_space.sample())
             done = terminated or truncated
     source = env.create_dataset(
-        "cartpole/tiny-v0", algorithm_name="random", author="tests", description="five episodes"
+        "cartpole/tiny-v0",
+        algorithm_name="random",
+        author="tests",
+        author_email="tests@example.com",
+        code_permalink="https://example.com/code",
+        eval_env=gym.make("CartPole-v1", max_episode_steps=12).spec,
+        description="five episodes",
     )
     env.close()
 
