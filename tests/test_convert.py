@@ -378,3 +378,25 @@ def test_rllib_training_run_output_converts(tmp_path):
         np.testing.assert_array_equal(episode["steps"]["reward"][:-1], rewards)
         assert bool(episode["steps"]["is_terminal"][-1]) == bool(state["is_terminated"])
         assert set(episode["steps"]["extra_model_outputs"]) >= {"action_logp"}
+
+
+def test_d4rl_to_array_record_reads_back_through_data_source(tmp_path):
+    from rlds_writer import statistics
+
+    src = tmp_path / "toy.hdf5"
+    data = _write_d4rl(src)
+    dest = tmp_path / "rlds"
+    report = d4rl.convert(src, dest, file_format="array_record", max_episodes_per_file=2)
+    assert report.episodes == 3
+    source = tfds.builder_from_directory(str(dest)).as_data_source(split="train")
+    assert len(source) == 3
+    steps = source[1]["steps"]
+    np.testing.assert_array_equal(
+        np.stack([steps[i]["action"] for i in range(len(steps) - 1)]), data["actions"][4:9]
+    )
+    stats = statistics.compute_statistics(dest, per_episode=True)["splits"]["train"]
+    want = [
+        float(data["rewards"][a:b].astype(np.float64).sum()) for a, b in [(0, 4), (4, 9), (9, 14)]
+    ]
+    np.testing.assert_allclose(stats["per_episode"]["return"], want, rtol=1e-6)
+    assert (stats["terminated"], stats["truncated"]) == (1, 2)
