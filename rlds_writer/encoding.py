@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import struct
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -35,7 +36,7 @@ INT = "int"  # Tensor of an integer or bool dtype, stored as int64_list.
 BYTES = "bytes"  # Tensor(encoding=BYTES): one bytes entry per value.
 ZLIB = "zlib"  # Tensor(encoding=ZLIB): zlib-compressed raw bytes per value.
 TEXT = "text"  # Text or string scalar: one utf-8 bytes entry per value.
-PNG = "png"  # Image(encoding_format="png") of uint8: PNG-encoded with Pillow, in a pool.
+PNG = "png"  # Image(encoding_format="png") of uint8: PNG-encoded here, in a thread pool.
 FALLBACK = "fallback"  # Anything else: TFDS's own encoder.
 
 STEPS = "steps"
@@ -280,19 +281,35 @@ def _png_compatible(feature: Any) -> bool:
     )
 
 
-def encode_png(image: np.ndarray) -> bytes:
-    """PNG-encodes a uint8 (H, W, C) image with Pillow (releases the GIL)."""
-    import io
+_PNG_COLOR_TYPES = {1: 0, 3: 2, 4: 6}  # grey, RGB, RGBA
 
-    from PIL import Image
 
-    if image.shape[-1] == 1:
-        pil = Image.fromarray(image[:, :, 0], mode="L")
-    else:
-        pil = Image.fromarray(image)
-    out = io.BytesIO()
-    pil.save(out, format="PNG", compress_level=6)
-    return out.getvalue()
+def _png_chunk(tag: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+
+def encode_png(image: np.ndarray, level: int = 6) -> bytes:
+    """PNG-encodes a uint8 (H, W, C) image, C in 1, 3, 4.
+
+    Every row uses PNG's "Up" filter (vectorised with numpy), and
+    `zlib.compress` releases the GIL, so several threads encode in parallel.
+    PNG is lossless: TFDS decodes these bytes to exactly the input pixels.
+    """
+    h, w, c = image.shape
+    rows = np.ascontiguousarray(image).reshape(h, w * c)
+    filtered = np.empty((h, w * c + 1), dtype=np.uint8)
+    filtered[:, 0] = 2  # filter type Up
+    filtered[:1, 1:] = rows[:1]
+    np.subtract(rows[1:], rows[:-1], out=filtered[1:, 1:])
+    header = struct.pack(">IIBBBBB", w, h, 8, _PNG_COLOR_TYPES[c], 0, 0, 0)
+    return b"".join(
+        (
+            b"\x89PNG\r\n\x1a\n",
+            _png_chunk(b"IHDR", header),
+            _png_chunk(b"IDAT", zlib.compress(filtered.tobytes(), level)),
+            _png_chunk(b"IEND", b""),
+        )
+    )
 
 
 # --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ exact dtype and shape; anything else goes through `np.array(value, dtype)`.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -190,8 +191,12 @@ class _ScalarColumn:
             raise
 
 
+# Rows at least this large are copied into recycled buffers instead.
+_LARGE_ROW = 8192
+
+
 class _ArrayColumn:
-    """A fixed-shape tensor field: one row of raw bytes per step.
+    """A fixed-shape tensor field with small rows: one row of raw bytes per step.
 
     `ndarray.tobytes()` copies a row (so envs may reuse their arrays) several
     times faster than numpy's row assignment or `copy()`, and joining the rows
@@ -266,10 +271,86 @@ def _skip(value: Any) -> None:
     """Appender for a group the dataset does not store (e.g. no discount)."""
 
 
-def _make_column(field: encoding.FieldSpec) -> _ArrayColumn | _ScalarColumn | _ListColumn:
+class _BufferPool:
+    """Recycles the buffers of large-row columns between episodes.
+
+    A fresh multi-megabyte buffer costs a page fault per 4 KiB page, more than
+    the copy of the rows into it; the writer thread hands each episode's
+    buffers back here once its record is written.
+    """
+
+    def __init__(self, max_per_key: int = 3):
+        self._free: dict[str, list[np.ndarray]] = {}
+        self._max = max_per_key
+        self._lock = threading.Lock()
+
+    def take(self, key: str, capacity: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        with self._lock:
+            free = self._free.get(key)
+            if free:
+                return free.pop()
+        return np.empty((capacity,) + shape, dtype=dtype)
+
+    def give(self, key: str, buf: np.ndarray) -> None:
+        with self._lock:
+            free = self._free.setdefault(key, [])
+            if len(free) < self._max:
+                free.append(buf)
+
+
+class _LargeArrayColumn:
+    """A tensor field with large rows (images): a growing, recycled numpy buffer."""
+
+    __slots__ = ("field", "shape", "dtype", "buf", "n", "append", "_pool", "_given")
+
+    def __init__(self, field: encoding.FieldSpec, pool: _BufferPool):
+        self.field = field
+        self.shape = field.shape
+        self.dtype = field.dtype
+        self._pool = pool
+        self.buf = pool.take(field.key, 64, self.shape, self.dtype)
+        self.n = 0
+        self.append = self._append
+
+    def _append(self, value: Any) -> None:
+        if not (
+            type(value) is np.ndarray and value.dtype is self.dtype and value.shape == self.shape
+        ):
+            value = cast_value(self.field, value)
+        n = self.n
+        if n == self.buf.shape[0]:
+            new = np.empty((2 * n,) + self.shape, dtype=self.dtype)
+            new[:n] = self.buf[:n]
+            self.buf = new
+        self.buf[n] = value
+        self.n = n + 1
+
+    def truncate(self, n: int) -> None:
+        self.n = min(self.n, n)
+
+    def values(self) -> np.ndarray:
+        return self.buf[: self.n]
+
+    def detach(self) -> tuple[str, np.ndarray]:
+        """Gives the buffer away (to the finished episode) and takes a fresh one."""
+        buf = self.buf
+        self.buf = self._pool.take(self.field.key, buf.shape[0], self.shape, self.dtype)
+        self.n = 0
+        return self.field.key, buf
+
+    def reset(self) -> None:
+        self.n = 0
+
+
+def _make_column(
+    field: encoding.FieldSpec, pool: _BufferPool
+) -> _ArrayColumn | _LargeArrayColumn | _ScalarColumn | _ListColumn:
     if field.kind in (encoding.FLOAT, encoding.INT) and field.shape == ():
         return _ScalarColumn(field)
     if field.kind in (encoding.FLOAT, encoding.INT, encoding.BYTES, encoding.ZLIB):
+        row_bytes = int(np.prod(field.shape, dtype=np.int64)) * field.dtype.itemsize
+        if row_bytes >= _LARGE_ROW:
+            return _LargeArrayColumn(field, pool)
         return _ArrayColumn(field)
     return _ListColumn(field)
 
@@ -332,15 +413,31 @@ class Episode:
       num_steps: number of steps.
     """
 
-    __slots__ = ("columns", "episode_values", "num_steps")
+    __slots__ = ("columns", "episode_values", "num_steps", "_buffers", "_pool")
 
-    def __init__(self, columns: dict[str, Any], episode_values: dict[str, Any], num_steps: int):
+    def __init__(
+        self,
+        columns: dict[str, Any],
+        episode_values: dict[str, Any],
+        num_steps: int,
+        buffers: list[tuple[str, np.ndarray]] | None = None,
+        pool: _BufferPool | None = None,
+    ):
         self.columns = columns
         self.episode_values = episode_values
         self.num_steps = num_steps
+        self._buffers = buffers or []
+        self._pool = pool
 
     def release(self) -> None:
-        """Drops the episode's data once it is written."""
+        """Drops the episode's data once it is written, recycling large buffers.
+
+        The columns must not be used afterwards.
+        """
+        if self._pool is not None:
+            for key, buf in self._buffers:
+                self._pool.give(key, buf)
+        self._buffers = []
         self.columns = {}
         self.episode_values = {}
 
@@ -352,9 +449,11 @@ class StepLayout:
 
     Args:
       fields: the fields compiled by `encoding.compile_fields`.
+      buffers_in_flight: finished episodes that may wait for the writer at
+        once; that many large-row buffers are kept for reuse.
     """
 
-    def __init__(self, fields: list[encoding.FieldSpec]):
+    def __init__(self, fields: list[encoding.FieldSpec], buffers_in_flight: int = 6):
         self.fields = fields
         step_fields = [f for f in fields if f.in_steps]
         groups = _tree(step_fields, 1)
@@ -366,6 +465,8 @@ class StepLayout:
         self.flag_keys = {name: f"{encoding.STEPS}/{name}" for name in _FLAGS if name in groups}
         self.zeros = {f.key: f.zero() for f in step_fields if f.path[1] in _TRANSITION}
         self._warned_missing_episode = False
+        # Enough recycled buffers for every episode the writer may hold at once.
+        self.pool = _BufferPool(buffers_in_flight)
 
     def new_buffer(self) -> EpisodeBuffer:
         return EpisodeBuffer(self)
@@ -387,7 +488,7 @@ class EpisodeBuffer:
         self._transition_columns: list[Any] = []
 
         def leaf(field: encoding.FieldSpec) -> Callable[[Any], None]:
-            column = _make_column(field)
+            column = _make_column(field, layout.pool)
             self.columns[field.key] = column
             return column.append
 
@@ -549,9 +650,13 @@ class EpisodeBuffer:
                 layout._warned_missing_episode = True
             for key in missing:
                 episode_values[key] = layout.episode_fields[key].zero()
-        # The columns gave their storage away: the buffer is empty and reusable.
+        # The columns give their storage away: the buffer is empty and reusable.
+        buffers = []
         for column in self.columns.values():
-            column.reset()
+            if type(column) is _LargeArrayColumn:
+                buffers.append(column.detach())
+            else:
+                column.reset()
         self._episode_values = {}
         self.num_steps = 0
-        return Episode(out, episode_values, n)
+        return Episode(out, episode_values, n, buffers, layout.pool)

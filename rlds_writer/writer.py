@@ -303,7 +303,8 @@ class DatasetWriter:
         self.features = self.info.features
         self.encoder = encoding.EpisodeEncoder(self.features, image_workers=image_workers)
         encoding.warn_float64(self.encoder.fields)
-        self.layout = steps.StepLayout(self.encoder.fields)
+        # Queued episodes, the one being written and the one being filled.
+        self.layout = steps.StepLayout(self.encoder.fields, buffers_in_flight=queue_size + 2)
 
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock = DirectoryLock(self.path)
