@@ -52,8 +52,14 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 class _BenchEnv(dm_env.Environment):
     """A dm_env env with cheap, precomputed observations and fixed-length episodes."""
 
-    def __init__(self, make_obs: Callable[[np.random.Generator], Any], episode_len: int,
-                 num_actions: int = 3, pool: int = 16, seed: int = 0):
+    def __init__(
+        self,
+        make_obs: Callable[[np.random.Generator], Any],
+        episode_len: int,
+        num_actions: int = 3,
+        pool: int = 16,
+        seed: int = 0,
+    ):
         rng = np.random.default_rng(seed)
         self._pool = [make_obs(rng) for _ in range(pool)]
         self._episode_len = episode_len
@@ -107,7 +113,7 @@ def _image_obs(rng: np.random.Generator) -> np.ndarray:
 def _png_obs(rng: np.random.Generator) -> np.ndarray:
     # Smooth-ish content so PNG compresses like a rendered frame, not noise.
     base = np.linspace(0, 255, 84, dtype=np.float32)
-    img = (base[:, None, None] + base[None, :, None] * 0.5 + rng.integers(0, 8, (84, 84, 3)))
+    img = base[:, None, None] + base[None, :, None] * 0.5 + rng.integers(0, 8, (84, 84, 3))
     return (img % 256).astype(np.uint8)
 
 
@@ -140,24 +146,50 @@ def _cases(quick: bool) -> list[Case]:
         return max(2, int(x * scale))
 
     return [
-        Case("catch", "Catch-like: float32 obs (10,5), 100-step episodes", _catch_obs, 100, n(200),
-             lambda: _config("catch", tfds.features.Tensor(shape=(10, 5), dtype=np.float32))),
-        Case("image_bytes", "image: uint8 (84,84,3) bytes-encoded, 500-step episodes",
-             _image_obs, 500, n(16),
-             lambda: _config("image", tfds.features.Tensor(shape=(84, 84, 3), dtype=np.uint8,
-                                                           encoding="bytes"))),
-        Case("dict_obs", "dict obs: image (64,64,3) bytes + float32 state (32,) + step metadata",
-             _dict_obs, 200, n(20),
-             lambda: _config(
-                 "dict",
-                 {"image": tfds.features.Tensor(shape=(64, 64, 3), dtype=np.uint8,
-                                                encoding="bytes"),
-                  "state": tfds.features.Tensor(shape=(32,), dtype=np.float32)},
-                 {"step_id": np.int64, "energy": np.float32}),
-             step_fn=lambda ts, action, env: {"step_id": 7, "energy": 0.25}),
-        Case("png_image", "PNG image: Image (84,84,3), 100-step episodes", _png_obs, 100, n(12),
-             lambda: _config("png", tfds.features.Image(shape=(84, 84, 3),
-                                                        encoding_format="png"))),
+        Case(
+            "catch",
+            "Catch-like: float32 obs (10,5), 100-step episodes",
+            _catch_obs,
+            100,
+            n(200),
+            lambda: _config("catch", tfds.features.Tensor(shape=(10, 5), dtype=np.float32)),
+        ),
+        Case(
+            "image_bytes",
+            "image: uint8 (84,84,3) bytes-encoded, 500-step episodes",
+            _image_obs,
+            500,
+            n(16),
+            lambda: _config(
+                "image", tfds.features.Tensor(shape=(84, 84, 3), dtype=np.uint8, encoding="bytes")
+            ),
+        ),
+        Case(
+            "dict_obs",
+            "dict obs: image (64,64,3) bytes + float32 state (32,) + step metadata",
+            _dict_obs,
+            200,
+            n(20),
+            lambda: _config(
+                "dict",
+                {
+                    "image": tfds.features.Tensor(
+                        shape=(64, 64, 3), dtype=np.uint8, encoding="bytes"
+                    ),
+                    "state": tfds.features.Tensor(shape=(32,), dtype=np.float32),
+                },
+                {"step_id": np.int64, "energy": np.float32},
+            ),
+            step_fn=lambda ts, action, env: {"step_id": 7, "energy": 0.25},
+        ),
+        Case(
+            "png_image",
+            "PNG image: Image (84,84,3), 100-step episodes",
+            _png_obs,
+            100,
+            n(12),
+            lambda: _config("png", tfds.features.Image(shape=(84, 84, 3), encoding_format="png")),
+        ),
     ]
 
 
@@ -207,8 +239,12 @@ def _run_baseline(case: Case, path: str) -> tuple[float, float]:
     start = time.perf_counter()
     config = case.config()
     os.makedirs(path, exist_ok=True)
-    info = rlds_base.build_info(config, tfds.core.DatasetIdentity(
-        name=config.name, version=tfds.core.Version("0.0.1"), data_dir=path, module_name=""))
+    info = rlds_base.build_info(
+        config,
+        tfds.core.DatasetIdentity(
+            name=config.name, version=tfds.core.Version("0.0.1"), data_dir=path, module_name=""
+        ),
+    )
     writer = tfds.core.SequentialWriter(info, max_examples_per_shard=1000)
     writer.initialize_splits(["train"])
     step_features = info.features["steps"].feature
@@ -218,17 +254,28 @@ def _run_baseline(case: Case, path: str) -> tuple[float, float]:
     for _ in range(case.episodes):
         ts = env.reset()
         steps: list[dict[str, Any]] = []
-        pending = {"observation": ts.observation, "is_first": True,
-                   **(case.step_fn(ts, None, env) if case.step_fn else {})}
+        pending = {
+            "observation": ts.observation,
+            "is_first": True,
+            **(case.step_fn(ts, None, env) if case.step_fn else {}),
+        }
         while True:
             action = 1
             ts = env.step(action)
-            pending.update(action=action, reward=ts.reward, discount=ts.discount,
-                           is_last=False, is_terminal=False)
+            pending.update(
+                action=action,
+                reward=ts.reward,
+                discount=ts.discount,
+                is_last=False,
+                is_terminal=False,
+            )
             pending.setdefault("is_first", False)
             steps.append(pending)
-            pending = {"observation": ts.observation, "is_first": False,
-                       **(case.step_fn(ts, action, env) if case.step_fn else {})}
+            pending = {
+                "observation": ts.observation,
+                "is_first": False,
+                **(case.step_fn(ts, action, env) if case.step_fn else {}),
+            }
             if ts.last():
                 pending.update(zeros, is_last=True, is_terminal=ts.discount == 0)
                 steps.append(pending)
@@ -339,8 +386,10 @@ def run_case(case: Case, reps: int, workdir: str) -> dict[str, Any]:
     warm = dataclasses.replace(case, episodes=2)
     _run_ours(warm, os.path.join(workdir, f"{case.name}_warm_ours"))
     _run_baseline(warm, os.path.join(workdir, f"{case.name}_warm_base"))
-    _run_limit(_dataset_records(os.path.join(workdir, f"{case.name}_warm_ours")),
-               os.path.join(workdir, f"{case.name}_warm_limit"))
+    _run_limit(
+        _dataset_records(os.path.join(workdir, f"{case.name}_warm_ours")),
+        os.path.join(workdir, f"{case.name}_warm_limit"),
+    )
     for rep in range(reps):
         t, steps = _run_bare(case)
         bare.append(t)
@@ -397,13 +446,21 @@ def _machine() -> str:
     except OSError:
         pass
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{cpu}, {os.cpu_count()} cores, {mem_gb:.0f} GiB; Python {platform.python_version()}, "
-            f"numpy {np.__version__}, TensorFlow {tf.__version__}, TFDS {tfds.__version__}, "
-            f"{platform.platform()}")
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {mem_gb:.0f} GiB; Python {platform.python_version()}, "
+        f"numpy {np.__version__}, TensorFlow {tf.__version__}, TFDS {tfds.__version__}, "
+        f"{platform.platform()}"
+    )
 
 
-def _report(results: list[dict[str, Any]], rss: list[tuple[str, int, float]], reps: int,
-            machine: str, command: str, read_section: str | None) -> str:
+def _report(
+    results: list[dict[str, Any]],
+    rss: list[tuple[str, int, float]],
+    reps: int,
+    machine: str,
+    command: str,
+    read_section: str | None,
+) -> str:
     lines = [
         "# rlds_writer benchmark report",
         "",
@@ -435,11 +492,16 @@ def _report(results: list[dict[str, Any]], rss: list[tuple[str, int, float]], re
             f"| {r['ours_mb_s'] / r['baseline_mb_s']:.1f}x "
             f"| {r['ours_setup_ms']:.0f} / {r['baseline_setup_ms']:.0f} |"
         )
-    lines += ["", "## Memory (fresh process per run, ours)", "",
-              "Peak RSS growth while recording, over the process's RSS after imports and a "
-              "warm-up episode (TensorFlow alone is most of that base).", "",
-              "| case | episodes | RSS after warm-up MB | peak growth while recording MB |",
-              "|---|---|---|---|"]
+    lines += [
+        "",
+        "## Memory (fresh process per run, ours)",
+        "",
+        "Peak RSS growth while recording, over the process's RSS after imports and a "
+        "warm-up episode (TensorFlow alone is most of that base).",
+        "",
+        "| case | episodes | RSS after warm-up MB | peak growth while recording MB |",
+        "|---|---|---|---|",
+    ]
     for name, episodes, (base_mb, mb) in rss:
         lines.append(f"| {name} | {episodes} | {base_mb:.0f} | {mb:.1f} |")
     lines += ["", "## Targets (issue 3)", ""]
@@ -447,31 +509,51 @@ def _report(results: list[dict[str, Any]], rss: list[tuple[str, int, float]], re
     checks = []
     if "catch" in by:
         r = by["catch"]
-        checks.append(("Catch-like overhead <= 1/20 of baseline",
-                       r["baseline_us_per_step"] / r["ours_us_per_step"] >= 20,
-                       f"{r['baseline_us_per_step'] / r['ours_us_per_step']:.1f}x"))
+        checks.append(
+            (
+                "Catch-like overhead <= 1/20 of baseline",
+                r["baseline_us_per_step"] / r["ours_us_per_step"] >= 20,
+                f"{r['baseline_us_per_step'] / r['ours_us_per_step']:.1f}x",
+            )
+        )
     if "image_bytes" in by:
         r = by["image_bytes"]
-        checks.append(("84x84x3 bytes overhead <= 1/10 of baseline",
-                       r["baseline_us_per_step"] / r["ours_us_per_step"] >= 10,
-                       f"{r['baseline_us_per_step'] / r['ours_us_per_step']:.1f}x"))
-        checks.append(("84x84x3 bytes throughput >= 70% of limit",
-                       r["ours_mb_s"] / r["limit_tf_mb_s"] >= 0.7,
-                       f"{r['ours_mb_s'] / r['limit_tf_mb_s']:.0%}"))
+        checks.append(
+            (
+                "84x84x3 bytes overhead <= 1/10 of baseline",
+                r["baseline_us_per_step"] / r["ours_us_per_step"] >= 10,
+                f"{r['baseline_us_per_step'] / r['ours_us_per_step']:.1f}x",
+            )
+        )
+        checks.append(
+            (
+                "84x84x3 bytes throughput >= 70% of limit",
+                r["ours_mb_s"] / r["limit_tf_mb_s"] >= 0.7,
+                f"{r['ours_mb_s'] / r['limit_tf_mb_s']:.0%}",
+            )
+        )
     if "png_image" in by:
         r = by["png_image"]
-        checks.append(("PNG throughput >= 1.6x baseline",
-                       r["ours_mb_s"] / r["baseline_mb_s"] >= 1.6,
-                       f"{r['ours_mb_s'] / r['baseline_mb_s']:.2f}x"))
+        checks.append(
+            (
+                "PNG throughput >= 1.6x baseline",
+                r["ours_mb_s"] / r["baseline_mb_s"] >= 1.6,
+                f"{r['ours_mb_s'] / r['baseline_mb_s']:.2f}x",
+            )
+        )
     rss_by: dict[str, list[tuple[int, float]]] = {}
     for name, episodes, (base_mb, mb) in rss:
         rss_by.setdefault(name, []).append((episodes, base_mb + mb))
     for name, pairs in rss_by.items():
         if len(pairs) >= 2:
             (e1, m1), (e2, m2) = sorted(pairs)[:2]
-            checks.append((f"peak RSS {name}: {e1} vs {e2} episodes within 10%",
-                           abs(m2 - m1) / m1 <= 0.10,
-                           f"{m1:.0f} MB vs {m2:.0f} MB ({(m2 - m1) / m1:+.1%})"))
+            checks.append(
+                (
+                    f"peak RSS {name}: {e1} vs {e2} episodes within 10%",
+                    abs(m2 - m1) / m1 <= 0.10,
+                    f"{m1:.0f} MB vs {m2:.0f} MB ({(m2 - m1) / m1:+.1%})",
+                )
+            )
     lines += ["| target | met | measured |", "|---|---|---|"]
     for text, ok, value in checks:
         lines.append(f"| {text} | {'yes' if ok else 'no'} | {value} |")
@@ -488,8 +570,9 @@ def main() -> None:
     parser.add_argument("--output", default=os.path.join(_HERE, "REPORT.md"))
     parser.add_argument("--skip-read", action="store_true", help="skip the read benchmark")
     parser.add_argument("--skip-rss", action="store_true")
-    parser.add_argument("--rss-child", nargs=2, metavar=("CASE", "EPISODES"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--rss-child", nargs=2, metavar=("CASE", "EPISODES"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.rss_child:
         _rss_child(args.rss_child[0], int(args.rss_child[1]), args.quick)

@@ -333,12 +333,7 @@ def _varint(n: int) -> bytes:
     """Encodes a non-negative int as a protobuf varint."""
     if n < 16384:
         return _SMALL_VARINTS[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    return _varint_slow(n)
 
 
 _SHIFTS = np.arange(10, dtype=np.uint64) * np.uint64(7)
@@ -471,25 +466,15 @@ def _map_entry_header(key: bytes, feature_len: int) -> bytes:
     return b"\x0a" + _varint(entry_len) + key_part + value_head
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-
-
 def example_entries(example_bytes: bytes) -> bytes:
     """Strips the `Example` and `Features` headers, leaving the map entries."""
     if not example_bytes:
         return b""
     if example_bytes[0] != 0x0A:
         raise errors.EncodingError("unexpected tf.train.Example layout from TFDS serializer")
-    length, pos = _read_varint(example_bytes, 1)
+    from rlds_writer.wire import read_varint
+
+    length, pos = read_varint(example_bytes, 1)
     if pos + length != len(example_bytes):
         raise errors.EncodingError("unexpected tf.train.Example layout from TFDS serializer")
     return example_bytes[pos:]

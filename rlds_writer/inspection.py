@@ -17,6 +17,7 @@ from etils import epath
 
 from rlds_writer import layout, locking
 from rlds_writer.recovery import scan_tfrecord
+from rlds_writer.wire import read_varint
 
 _QUARANTINED = ".corrupt-"
 
@@ -44,31 +45,19 @@ def iter_shard_records(path: epath.PathLike, file_format: str) -> Iterator[bytes
         reader.close()
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-
-
 def _fields(buf: bytes, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, Any]]:
     """Yields (field number, wire type, value) of a protobuf message; LEN values as (start, end)."""
     pos = start
     end = len(buf) if end is None else end
     while pos < end:
-        key, pos = _varint(buf, pos)
+        key, pos = read_varint(buf, pos)
         number, wire = key >> 3, key & 7
         if wire == 0:
-            value, pos = _varint(buf, pos)
+            value, pos = read_varint(buf, pos)
         elif wire == 1:
             value, pos = buf[pos : pos + 8], pos + 8
         elif wire == 2:
-            length, pos = _varint(buf, pos)
+            length, pos = read_varint(buf, pos)
             value, pos = (pos, pos + length), pos + length
         elif wire == 5:
             value, pos = buf[pos : pos + 4], pos + 4

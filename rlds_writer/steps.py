@@ -544,15 +544,10 @@ class EpisodeBuffer:
             self._action(action)
             self._reward(reward)
             self._discount(discount)
-            self._obs(next_observation)
-            if self._meta is not None:
-                self._append_metadata(step_metadata)
-            elif step_metadata:
-                self._reject_metadata(step_metadata)
         except Exception:
             self._rollback(n)
             raise
-        self.num_steps = n + 1
+        self._append_observation(next_observation, step_metadata)
 
     def _append_observation(self, observation: Any, step_metadata: Any) -> None:
         n = self.num_steps

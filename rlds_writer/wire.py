@@ -36,7 +36,7 @@ class WireError(ValueError):
     """The bytes are not a well-formed `tf.train.Example`."""
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     """Reads one varint at `pos`; returns (value, next position)."""
     b = buf[pos]
     if b < 0x80:
@@ -58,11 +58,11 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
 def _skip(buf: bytes, pos: int, wire_type: int) -> int:
     """Returns the position after a field of the given wire type."""
     if wire_type == 0:
-        return _varint(buf, pos)[1]
+        return read_varint(buf, pos)[1]
     if wire_type == 1:
         return pos + 8
     if wire_type == _LEN:
-        n, pos = _varint(buf, pos)
+        n, pos = read_varint(buf, pos)
         return pos + n
     if wire_type == 5:
         return pos + 4
@@ -87,11 +87,11 @@ def parse_example(buf: bytes) -> dict[str, tuple[int, int, int]]:
     try:
         pos, end = 0, len(buf)
         while pos < end:
-            tag, pos = _varint(buf, pos)
+            tag, pos = read_varint(buf, pos)
             if tag != 0x0A:  # not Example.features
                 pos = _skip(buf, pos, tag & 7)
                 continue
-            n, pos = _varint(buf, pos)
+            n, pos = read_varint(buf, pos)
             _parse_features(buf, pos, pos + n, out)
             pos += n
         if pos != end:
@@ -105,22 +105,22 @@ def parse_example(buf: bytes) -> dict[str, tuple[int, int, int]]:
 
 def _parse_features(buf: bytes, pos: int, end: int, out: dict) -> None:
     while pos < end:
-        tag, pos = _varint(buf, pos)
+        tag, pos = read_varint(buf, pos)
         if tag != 0x0A:  # not Features.feature
             pos = _skip(buf, pos, tag & 7)
             continue
-        n, pos = _varint(buf, pos)
+        n, pos = read_varint(buf, pos)
         entry_end = pos + n
         key = None
         located = (0, 0, 0)
         while pos < entry_end:
-            tag, pos = _varint(buf, pos)
+            tag, pos = read_varint(buf, pos)
             if tag == 0x0A:
-                n, pos = _varint(buf, pos)
+                n, pos = read_varint(buf, pos)
                 key = bytes(buf[pos : pos + n]).decode("utf-8")
                 pos += n
             elif tag == 0x12:
-                n, pos = _varint(buf, pos)
+                n, pos = read_varint(buf, pos)
                 located = _locate_list(buf, pos, pos + n)
                 pos += n
             else:
@@ -134,10 +134,10 @@ def _locate_list(buf: bytes, pos: int, end: int) -> tuple[int, int, int]:
     """Returns (list type, start, end) of the list inside a `Feature` message."""
     found = (0, pos, pos)
     while pos < end:
-        tag, pos = _varint(buf, pos)
+        tag, pos = read_varint(buf, pos)
         field, wire_type = tag >> 3, tag & 7
         if wire_type == _LEN and field in (BYTES_LIST, FLOAT_LIST, INT64_LIST):
-            n, pos = _varint(buf, pos)
+            n, pos = read_varint(buf, pos)
             found = (field, pos, pos + n)  # last one wins, as in protobuf
             pos += n
         else:
@@ -152,20 +152,20 @@ def _chunks(buf: bytes, start: int, end: int) -> list[tuple[int, int, int]]:
     out = []
     pos = start
     while pos < end:
-        tag, pos = _varint(buf, pos)
+        tag, pos = read_varint(buf, pos)
         field, wire_type = tag >> 3, tag & 7
         if field != 1:
             pos = _skip(buf, pos, wire_type)
             continue
         if wire_type == _LEN:
-            n, pos = _varint(buf, pos)
+            n, pos = read_varint(buf, pos)
             out.append((_LEN, pos, pos + n))
             pos += n
         elif wire_type == 5:
             out.append((5, pos, pos + 4))
             pos += 4
         elif wire_type == 0:
-            _, nxt = _varint(buf, pos)
+            _, nxt = read_varint(buf, pos)
             out.append((0, pos, nxt))
             pos = nxt
         else:
@@ -180,7 +180,7 @@ def float_list(buf: bytes, start: int, end: int) -> np.ndarray:
     if start == end:
         return np.empty(0, np.float32)
     if buf[start] == 0x0A:
-        n, pos = _varint(buf, start + 1)
+        n, pos = read_varint(buf, start + 1)
         if pos + n == end:  # one packed run: the common case
             return np.frombuffer(buf, "<f4", n // 4, pos)
     parts = []
@@ -227,7 +227,7 @@ def int64_list(buf: bytes, start: int, end: int) -> np.ndarray:
     if start == end:
         return np.empty(0, np.int64)
     if buf[start] == 0x0A:
-        n, pos = _varint(buf, start + 1)
+        n, pos = read_varint(buf, start + 1)
         if pos + n == end:
             return decode_varints(np.frombuffer(buf, np.uint8, n, pos))
     parts = []
@@ -241,11 +241,11 @@ def bytes_list(buf: bytes, start: int, end: int) -> list[bytes]:
     out = []
     pos = start
     while pos < end:
-        tag, pos = _varint(buf, pos)
+        tag, pos = read_varint(buf, pos)
         if tag != 0x0A:
             pos = _skip(buf, pos, tag & 7)
             continue
-        n, pos = _varint(buf, pos)
+        n, pos = read_varint(buf, pos)
         out.append(bytes(buf[pos : pos + n]))
         pos += n
     if pos != end:
@@ -269,7 +269,7 @@ def fixed_bytes_list(buf: bytes, start: int, end: int) -> np.ndarray | None:
         return np.empty((0, 0), np.uint8)
     if buf[start] != 0x0A:
         return None
-    width, pos = _varint(buf, start + 1)
+    width, pos = read_varint(buf, start + 1)
     header = pos - start
     stride = header + width
     total = end - start
@@ -286,7 +286,7 @@ def count_varints(buf: bytes, start: int, end: int) -> int:
     if start == end:
         return 0
     if buf[start] == 0x0A:
-        n, pos = _varint(buf, start + 1)
+        n, pos = read_varint(buf, start + 1)
         if pos + n == end:
             return int(np.count_nonzero(np.frombuffer(buf, np.uint8, n, pos) < 0x80))
     return int(
@@ -312,7 +312,7 @@ def count_values(buf: bytes, located: tuple[int, int, int]) -> int:
         if start == end:
             return 0
         if buf[start] == 0x0A:
-            n, pos = _varint(buf, start + 1)
+            n, pos = read_varint(buf, start + 1)
             if pos + n == end:
                 return n // 4
         return int(sum((b - a) // 4 for _, a, b in _chunks(buf, start, end)))
