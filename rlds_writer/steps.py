@@ -160,12 +160,21 @@ class _ScalarColumn:
         self.dtype = field.dtype
         self.items: list[Any] = []
         self._fast = _fast_scalar_types(self.dtype)
-        self.append = self._append  # bound once: the step loop calls it directly
+        self.append = self._make_append()
 
-    def _append(self, value: Any) -> None:
-        if type(value) not in self._fast:
-            value = cast_value(self.field, value)
-        self.items.append(value)
+    def _make_append(self) -> Callable[[Any], None]:
+        # A closure over locals: the per-step path does no attribute lookups.
+        fast = self._fast
+        push = self.items.append
+        field = self.field
+
+        def append(value: Any) -> None:
+            if type(value) in fast:
+                push(value)
+            else:
+                push(cast_value(field, value))
+
+        return append
 
     @property
     def n(self) -> int:
@@ -175,7 +184,7 @@ class _ScalarColumn:
         del self.items[n:]
 
     def reset(self) -> None:
-        self.items = []
+        self.items.clear()  # values() copied them; the appender keeps this list
 
     def values(self) -> np.ndarray:
         try:
@@ -211,28 +220,35 @@ class _ArrayColumn:
         self.shape = field.shape
         self.dtype = field.dtype
         self.rows: list[bytes] = []
-        self.append = self._append
+        self.append = self._make_append()
+
+    def _make_append(self) -> Callable[[Any], None]:
+        push = self.rows.append
+        dtype, shape, field = self.dtype, self.shape, self.field
+        ndarray = np.ndarray
+
+        def append(value: Any) -> None:
+            if type(value) is ndarray and value.dtype is dtype and value.shape == shape:
+                push(value.tobytes())
+            else:
+                push(cast_value(field, value).tobytes())
+
+        return append
 
     @property
     def n(self) -> int:
         return len(self.rows)
 
-    def _append(self, value: Any) -> None:
-        if type(value) is np.ndarray and value.dtype is self.dtype and value.shape == self.shape:
-            self.rows.append(value.tobytes())
-        else:
-            self.rows.append(cast_value(self.field, value).tobytes())
-
     def truncate(self, n: int) -> None:
         del self.rows[n:]
 
     def reset(self) -> None:
-        self.rows = []
+        self.rows.clear()  # values() copied them; the appender keeps this list
 
     def values(self) -> np.ndarray | encoding.RowBytes:
         rows = self.rows
         if self.field.kind == encoding.BYTES:
-            return encoding.RowBytes(rows, self.shape, self.dtype)
+            return encoding.RowBytes(list(rows), self.shape, self.dtype)
         flat = np.frombuffer(b"".join(rows), dtype=self.dtype)
         return flat.reshape((len(rows),) + self.shape)
 
@@ -404,6 +420,19 @@ def _tree(fields: list[encoding.FieldSpec], depth: int) -> dict[str, Any]:
     return root
 
 
+def _estimate_nbytes(columns: Mapping[str, Any]) -> int:
+    """Approximate memory held by an episode's columns (for the writer's budget)."""
+    total = 0
+    for values in columns.values():
+        if isinstance(values, np.ndarray):
+            total += values.nbytes
+        elif isinstance(values, encoding.RowBytes):
+            total += len(values.rows) * (len(values.rows[0]) if values.rows else 0)
+        else:
+            total += 64 * len(values)
+    return total
+
+
 class Episode:
     """A finished episode, ready to encode.
 
@@ -411,9 +440,10 @@ class Episode:
       columns: per-step field key -> column (array or list), RLDS-aligned.
       episode_values: episode-level field key -> value.
       num_steps: number of steps.
+      nbytes: approximate size of the columns in memory.
     """
 
-    __slots__ = ("columns", "episode_values", "num_steps", "_buffers", "_pool")
+    __slots__ = ("columns", "episode_values", "num_steps", "nbytes", "_buffers", "_pool")
 
     def __init__(
         self,
@@ -426,6 +456,7 @@ class Episode:
         self.columns = columns
         self.episode_values = episode_values
         self.num_steps = num_steps
+        self.nbytes = _estimate_nbytes(columns)
         self._buffers = buffers or []
         self._pool = pool
 

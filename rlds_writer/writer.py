@@ -140,6 +140,12 @@ class ShardFile:
 
 
 _IOV_MAX = 1024
+# Seconds the writer thread waits for more episodes after draining its queue.
+_BATCH_DELAY = 0.005
+# Only after episodes smaller than this: large ones keep the writer busy anyway.
+_BATCH_BELOW = 1 << 20
+# Episodes smaller than this are written by the caller when the writer is idle.
+_INLINE_BELOW = 256 << 10
 # Records smaller than this are joined into one bytes object before writing.
 _JOIN_BELOW = 1 << 18
 
@@ -253,6 +259,8 @@ class DatasetWriter:
         commit, for power-loss durability (costs one disk sync per episode).
       queue_size: finished episodes that may wait for the writer thread before
         `write` blocks (backpressure).
+      max_queue_bytes: the same bound in bytes of episode data; `write`
+        blocks while more than this waits (one episode always fits).
       commit_interval: seconds between `dataset_info.json` commits while
         episodes arrive (commits also happen at each rotation and at close).
       image_workers: threads that encode image features in parallel.
@@ -277,7 +285,8 @@ class DatasetWriter:
         mode: str = "error",
         metadata: Mapping[str, Any] | None = None,
         fsync: bool = False,
-        queue_size: int = 4,
+        queue_size: int = 64,
+        max_queue_bytes: int = 64 << 20,
         commit_interval: float = 2.0,
         image_workers: int = 2,
     ):
@@ -305,6 +314,8 @@ class DatasetWriter:
         encoding.warn_float64(self.encoder.fields)
         # Queued episodes, the one being written and the one being filled.
         self.layout = steps.StepLayout(self.encoder.fields, buffers_in_flight=queue_size + 2)
+        self.queue_size = max(1, queue_size)
+        self.max_queue_bytes = max_queue_bytes
 
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock = DirectoryLock(self.path)
@@ -321,7 +332,17 @@ class DatasetWriter:
         self.bytes_written = 0
         self._error: BaseException | None = None
         self._closed = False
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_size))
+        # Unbounded queue; episodes are admitted against a count and byte budget
+        # so that small episodes never make the env thread wait on the writer.
+        self._queue: queue.Queue = queue.Queue()
+        self._budget = threading.Condition()
+        self._queued_count = 0
+        self._queued_bytes = 0
+        # Held by whichever thread touches the shards (the writer thread, or the
+        # caller writing a small episode inline); fsync'ing writers never write
+        # inline, so the env loop never waits on the disk.
+        self._io_lock = threading.Lock()
+        self._inline = not fsync
         self._last_commit = time.monotonic()
         self._dirty = False
         self._thread = threading.Thread(
@@ -424,13 +445,47 @@ class DatasetWriter:
           WriterClosedError: if the writer is closed.
         """
         self._check()
-        item = (split or self.default_split, episode)
-        while True:
+        split = split or self.default_split
+        size = episode.nbytes
+        if (
+            self._inline
+            and size < _INLINE_BELOW
+            and self._queue.empty()
+            and self._io_lock.acquire(blocking=False)
+        ):
+            # The writer thread is idle and the episode is small: writing it
+            # here costs less than handing it over (the two threads would trade
+            # the GIL for every short episode). Order is kept: nothing is queued.
             try:
-                self._queue.put(item, timeout=0.2)
-                return
-            except queue.Full:
+                if self._queue.empty():
+                    self._write_inline(split, episode)
+                    return
+            finally:
+                self._io_lock.release()
+        with self._budget:
+            while self._queued_count and (
+                self._queued_count >= self.queue_size
+                or self._queued_bytes + size > self.max_queue_bytes
+            ):
+                self._budget.wait(0.2)
                 self._check()
+            self._queued_count += 1
+            self._queued_bytes += size
+        self._queue.put((split, episode))
+
+    def _write_inline(self, split: str, episode: steps.Episode) -> None:
+        try:
+            self._write_episode(split, episode)
+        except BaseException as e:
+            _log.error("rlds_writer failed writing %s: %r", self.path, e)
+            self._error = e
+            self._check()
+
+    def _admitted_done(self, episode: steps.Episode) -> None:
+        with self._budget:
+            self._queued_count -= 1
+            self._queued_bytes -= episode.nbytes
+            self._budget.notify_all()
 
     def flush(self) -> None:
         """Blocks until every queued episode is written and handed to the OS,
@@ -500,21 +555,40 @@ class DatasetWriter:
             try:
                 item = self._queue.get(timeout=timeout)
             except queue.Empty:
-                self._guarded(self._commit_if_dirty)
+                with self._io_lock:
+                    self._guarded(self._commit_if_dirty)
                 continue
-            kind, payload = item
-            if kind == _CLOSE:
-                if self._error is not None:
-                    self._close_shards_after_failure()
-                self._guarded(self._finish)
-                payload.set()
+            with self._io_lock:
+                done = self._process(item)
+            if done:
                 return
-            if kind == _FLUSH:
-                self._guarded(self._flush_and_commit)
-                payload.set()
-                continue
-            if self._error is None:
-                self._guarded(functools.partial(self._write_episode, kind, payload))
+            if (
+                self._queue.empty()
+                and item[0] not in (_FLUSH, _CLOSE)
+                and item[1].nbytes < _BATCH_BELOW
+            ):
+                # Let the next short episodes gather: one wake-up per batch
+                # instead of one per episode keeps the env thread and this one
+                # from trading the GIL back and forth.
+                time.sleep(_BATCH_DELAY)
+
+    def _process(self, item: tuple[str, Any]) -> bool:
+        """Handles one queued item (holding the I/O lock); True ends the thread."""
+        kind, payload = item
+        if kind == _CLOSE:
+            if self._error is not None:
+                self._close_shards_after_failure()
+            self._guarded(self._finish)
+            payload.set()
+            return True
+        if kind == _FLUSH:
+            self._guarded(self._flush_and_commit)
+            payload.set()
+            return False
+        if self._error is None:
+            self._guarded(functools.partial(self._write_episode, kind, payload))
+        self._admitted_done(payload)
+        return False
 
     def _guarded(self, fn: Any) -> None:
         if self._error is not None:

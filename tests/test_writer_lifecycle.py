@@ -103,12 +103,16 @@ def test_error_in_writer_thread_reaches_caller_and_keeps_earlier_episodes(tmp_pa
     # paths) and fails when the writer thread encodes it.
     buffer = writer.new_buffer()
     buffer.start(os.fspath(tmp_path / "missing.png"))
-    writer.write(buffer.finish(terminated=True))
     with pytest.raises(rlds_writer.WriterFailedError):
+        # Raised by this write (a small episode written inline) or, when the
+        # writer thread takes it, by the next call.
+        writer.write(buffer.finish(terminated=True))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             writer.flush()
             time.sleep(0.05)
+    with pytest.raises(rlds_writer.WriterFailedError):
+        writer.flush()
     with pytest.raises(rlds_writer.WriterFailedError):
         writer.close()
     episodes = _load(tmp_path)
