@@ -85,7 +85,23 @@ def _masked_crc(data: bytes) -> int:
 # Shard files.
 
 
-class _TFRecordShard:
+class _PerProcess:
+    """Pickles without its open handle and lock (DataLoader workers reopen)."""
+
+    _HANDLE = ""
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state[self._HANDLE] = None
+        state["_lock"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+class _TFRecordShard(_PerProcess):
     """One tfrecord shard: sequential reads, and random access via an offset index.
 
     Args:
@@ -96,6 +112,8 @@ class _TFRecordShard:
       skip: on a broken record header, index the records before it (with a
         warning) instead of raising.
     """
+
+    _HANDLE = "_fd"
 
     def __init__(
         self,
@@ -114,16 +132,6 @@ class _TFRecordShard:
         self._steps: np.ndarray | None = None
         self._fd: int | None = None
         self._fd_pid = 0
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_fd"] = None
-        state["_lock"] = None
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -314,8 +322,10 @@ class _PositionalFile:
         return data
 
 
-class _ArrayRecordShard:
+class _ArrayRecordShard(_PerProcess):
     """One array_record shard: array_record's own reader gives random access."""
+
+    _HANDLE = "_reader"
 
     def __init__(
         self,
@@ -331,16 +341,6 @@ class _ArrayRecordShard:
         self._reader: Any = None
         self._reader_pid = 0
         self._steps: np.ndarray | None = None
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_reader"] = None
-        state["_lock"] = None
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     def close(self) -> None:
