@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 
@@ -33,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the tool; returns the process exit code."""
+    # TensorFlow's C++ info lines drown the tool's own output; users can still
+    # ask for them by setting the variable themselves.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
