@@ -372,20 +372,6 @@ def _len_delimited(tag: bytes, payload: bytes) -> bytes:
     return tag + _varint(len(payload)) + payload
 
 
-def float_feature(values: np.ndarray) -> bytes:
-    """Returns serialized `Feature{float_list}` bytes for the values."""
-    payload = np.ascontiguousarray(values, dtype="<f4").tobytes()
-    inner = _len_delimited(b"\x0a", payload) if payload else b""
-    return _len_delimited(b"\x12", inner)
-
-
-def int64_feature(values: np.ndarray) -> bytes:
-    """Returns serialized `Feature{int64_list}` bytes for the values."""
-    payload = encode_varints(values)
-    inner = _len_delimited(b"\x0a", payload) if payload else b""
-    return _len_delimited(b"\x1a", inner)
-
-
 def bytes_feature(items: list[bytes]) -> bytes:
     """Returns serialized `Feature{bytes_list}` bytes for the items."""
     inner = b"".join([b"\x0a" + _varint(len(x)) + x for x in items])
@@ -447,12 +433,6 @@ def _fixed_bytes_parts(rows: np.ndarray) -> tuple[list[Any], int]:
     return [head, out.tobytes()], len(head) + inner_len
 
 
-def map_entry(key: bytes, feature: bytes) -> bytes:
-    """Returns one serialized `Features.feature` map entry."""
-    entry = _len_delimited(b"\x0a", key) + _len_delimited(b"\x12", feature)
-    return _len_delimited(b"\x0a", entry)
-
-
 @functools.lru_cache(maxsize=4096)
 def _map_entry_header(key: bytes, feature_len: int) -> bytes:
     """The bytes of a map entry that precede its `Feature` value.
@@ -478,11 +458,6 @@ def example_entries(example_bytes: bytes) -> bytes:
     if pos + length != len(example_bytes):
         raise errors.EncodingError("unexpected tf.train.Example layout from TFDS serializer")
     return example_bytes[pos:]
-
-
-def wrap_example(entries: bytes) -> bytes:
-    """Wraps serialized map entries into `Example{features: Features{...}}`."""
-    return _len_delimited(b"\x0a", entries)
 
 
 # --------------------------------------------------------------------------
@@ -548,12 +523,6 @@ def encode_field_parts(field: FieldSpec, values: Any) -> tuple[list[Any], int]:
         raise errors.EncodingError(f"{field.key}: kind {kind} has no direct encoder")
     out = bytes_feature(items)
     return [out], len(out)
-
-
-def encode_field(field: FieldSpec, values: Any) -> bytes:
-    """Like `encode_field_parts`, joined into one bytes object."""
-    parts, _ = encode_field_parts(field, values)
-    return b"".join(parts)
 
 
 class EpisodeEncoder:
