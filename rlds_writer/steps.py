@@ -489,7 +489,6 @@ class StepLayout:
         step_fields = [f for f in fields if f.in_steps]
         groups = _tree(step_fields, 1)
         self.step_groups = groups
-        self.has = {name: name in groups for name in (OBSERVATION, *_TRANSITION)}
         self.metadata_keys = [k for k in groups if k not in (OBSERVATION, *_TRANSITION, *_FLAGS)]
         self.episode_tree = _tree([f for f in fields if not f.in_steps], 0)
         self.episode_fields = {f.key: f for f in fields if not f.in_steps}
@@ -548,10 +547,6 @@ class EpisodeBuffer:
         self._obs_columns.extend(self.columns[k] for k in self.columns if k not in before)
         self._episode_values: dict[str, Any] = {}
         self.num_steps = 0
-
-    @property
-    def started(self) -> bool:
-        return self.num_steps > 0
 
     def start(self, observation: Any, step_metadata: Mapping[str, Any] | None = None) -> None:
         """Records step 0: the first observation and its step metadata."""

@@ -44,13 +44,6 @@ def frame(record: bytes) -> bytes:
     )
 
 
-def frame_parts(record: bytes) -> tuple[bytes, bytes]:
-    """Returns (header, footer) for the record, to write without a copy."""
-    length = _LEN.pack(len(record))
-    header = length + _CRC.pack(masked_crc32c(length))
-    return header, _CRC.pack(masked_crc32c(record))
-
-
 def frame_parts_of(parts: list, length: int) -> tuple[bytes, bytes]:
     """Returns (header, footer) for a record given as parts.
 
