@@ -38,29 +38,29 @@ except ImportError:  # pragma: no cover - not on Windows
     fcntl = None
 
 
-def process_start_time(pid: int) -> int | None:
-    """Returns the start time of a process in clock ticks since boot (Linux), or None."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """Fields 3 onwards of /proc/<pid>/stat (Linux), or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses; fields after
-    # the last ')' start at field 3 (state). starttime is field 22.
-    fields = stat[stat.rfind(b")") + 2 :].split()
+    # the last ')' start at field 3 (state).
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def process_start_time(pid: int) -> int | None:
+    """Returns the start time of a process in clock ticks since boot (Linux), or None."""
+    fields = _stat_fields(pid)
     try:
-        return int(fields[19])
-    except (IndexError, ValueError):
+        return int(fields[19])  # starttime is field 22
+    except (TypeError, IndexError, ValueError):
         return None
 
 
 def _process_state(pid: int) -> bytes | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
+    fields = _stat_fields(pid)
     return fields[0] if fields else None
 
 
