@@ -12,7 +12,10 @@ an env with two RGB cameras through `RecordRLDS`, and reports:
   (the episode is handed to the writer there; earlier episodes are flushed
   first, as a real-time loop slower than the disk would find them);
 * **image workers 1 -> 2**: speed-up of steps/s to disk from a second
-  encoding thread (PNG and JPEG).
+  encoding thread (PNG and JPEG);
+* **encoder alone**: frames/s of the recorder's episode encoder on one
+  episode's frames, with no env and no writer: on the calling thread (the
+  single-threaded encoder) and with 1 and 2 image workers.
 
 Usage: `python benchmarks/robot_cameras.py [--steps 1000] [--episodes 3] [--report [PATH]]`;
 with `--report` the table is written into benchmarks/REPORT.md (its own
@@ -168,7 +171,42 @@ def png_levels() -> list[tuple[int, float, float]]:
     return out
 
 
-def report(rows: list[tuple[str, int, dict[str, float]]], steps: int, episodes: int) -> str:
+def encoder_alone(encoding: str, steps: int, workers: int, repeats: int = 3) -> float:
+    """Frames/s of `EpisodeEncoder` on one episode of both cameras (best of `repeats`).
+
+    `workers=0` encodes on the calling thread: the single-threaded encoder.
+    """
+    import tensorflow_datasets as tfds
+
+    from rlds_writer.store.encoding import EpisodeEncoder
+
+    camera = tfds.features.Image(shape=(256, 256, 3), encoding_format=encoding)
+    features = tfds.features.FeaturesDict(
+        {"steps": tfds.features.Dataset({"observation": {"image": camera, "wrist_image": camera}})}
+    )
+    frames = TwoCameras(steps).frames
+    columns = {
+        "steps/observation/image": np.stack([frames[t % 16] for t in range(steps)]),
+        "steps/observation/wrist_image": np.stack([frames[(t + 5) % 16] for t in range(steps)]),
+    }
+    encoder = EpisodeEncoder(features, image_workers=workers)
+    try:
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            encoder.encode_parts(columns, {})
+            best = min(best, time.perf_counter() - start)
+    finally:
+        encoder.close()
+    return 2 * steps / best
+
+
+def report(
+    rows: list[tuple[str, int, dict[str, float]]],
+    steps: int,
+    episodes: int,
+    alone: dict[tuple[str, int], float] | None = None,
+) -> str:
     lines = [
         SECTION,
         "",
@@ -203,12 +241,34 @@ def report(rows: list[tuple[str, int, dict[str, float]]], steps: int, episodes: 
     for level, ms, size in png_levels():
         lines.append(f"| {level} | {ms:.2f} | {size:.0f} |")
     lines.append("")
+    if alone:
+        lines.append(
+            f"The encoder alone: frames/s of the recorder's episode encoder on one "
+            f"{steps}-step episode of both cameras (no env, no writer; best of 3). "
+            "0 workers encodes on the calling thread (the single-threaded encoder)."
+        )
+        lines.append("")
+        lines.append("| encoding | image workers | frames/s | vs single-threaded |")
+        lines.append("|---|---|---|---|")
+        for (encoding, workers), fps in sorted(alone.items()):
+            lines.append(
+                f"| {encoding} | {workers} | {fps:.0f} | {fps / alone[encoding, 0]:.2f}x |"
+            )
+        lines.append("")
     for encoding in ("png", "jpeg"):
         if (encoding, 1) in speed and (encoding, 2) in speed:
-            lines.append(
+            line = (
                 f"- {encoding}: 2 image workers write "
-                f"{speed[encoding, 2] / speed[encoding, 1]:.2f}x the steps/s of 1."
+                f"{speed[encoding, 2] / speed[encoding, 1]:.2f}x the steps/s of 1"
             )
+            if alone and (encoding, 0) in alone:
+                line += (
+                    f"; the whole pipeline with 2 workers encodes "
+                    f"{2 * speed[encoding, 2] / alone[encoding, 0]:.2f}x the frames/s of the "
+                    f"single-threaded encoder, the encoder alone "
+                    f"{alone[encoding, 2] / alone[encoding, 0]:.2f}x"
+                )
+            lines.append(line + ".")
     return "\n".join(lines) + "\n"
 
 
@@ -223,7 +283,13 @@ def main() -> None:
         m = measure(encoding, workers, args.steps, args.episodes)
         rows.append((encoding, workers, m))
         print(encoding, workers, {k: round(v, 2) for k, v in m.items()}, file=sys.stderr)
-    text = report(rows, args.steps, args.episodes)
+    alone = {
+        (encoding, workers): encoder_alone(encoding, min(args.steps, 200), workers)
+        for encoding in ("png", "jpeg")
+        for workers in (0, 1, 2)
+    }
+    print("encoder alone", alone, file=sys.stderr)
+    text = report(rows, args.steps, args.episodes, alone)
     print(text)
     if args.report:
         write_section(args.report, SECTION, text)
