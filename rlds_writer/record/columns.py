@@ -72,6 +72,16 @@ class _ScalarColumn:
 
         return append
 
+    def inline_names(self) -> dict[str, Any]:
+        return {"types": self._fast, "push": self.items.append}
+
+    def inline_source(self) -> tuple[str, str]:
+        """The test and the append of `record.appender.compile_step_add` (same as `append`)."""
+        test = "type({v}) in {types}"
+        if self.dtype == np.int64:
+            test += f" and (type({{v}}) is not int or {INT64_MIN} <= {{v}} <= {INT64_MAX})"
+        return test, "{push}({v})"
+
     @property
     def n(self) -> int:
         return len(self.items)
@@ -80,7 +90,7 @@ class _ScalarColumn:
         del self.items[n:]
 
     def reset(self) -> None:
-        self.items.clear()  # values() copied them; the appender keeps this list
+        self.items.clear()  # values() copied them; the appenders keep this list
 
     def values(self) -> np.ndarray:
         try:
@@ -131,6 +141,14 @@ class _ArrayColumn:
 
         return append
 
+    def inline_names(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "shape": self.shape, "push": self.rows.append}
+
+    def inline_source(self) -> tuple[str, str]:
+        """The test and the append of `record.appender.compile_step_add` (same as `append`)."""
+        test = "type({v}) is _ndarray and {v}.dtype is {dtype} and {v}.shape == {shape}"
+        return test, "{push}({v}.tobytes())"
+
     @property
     def n(self) -> int:
         return len(self.rows)
@@ -139,7 +157,7 @@ class _ArrayColumn:
         del self.rows[n:]
 
     def reset(self) -> None:
-        self.rows.clear()  # values() copied them; the appender keeps this list
+        self.rows.clear()  # values() copied them; the appenders keep this list
 
     def values(self) -> np.ndarray | encoding.RowBytes:
         rows = self.rows
@@ -149,7 +167,20 @@ class _ArrayColumn:
         return flat.reshape((len(rows),) + self.shape)
 
 
-class _ListColumn:
+class _ChecksItself:
+    """A column whose `append` checks every value: the compiled step calls it as it is."""
+
+    __slots__ = ()
+
+    def inline_names(self) -> dict[str, Any]:
+        return {"append": self.append}
+
+    def inline_source(self) -> tuple[str, str]:
+        """No test: `append` checks the value itself (`record.appender.compile_step_add`)."""
+        return "", "{append}({v})"
+
+
+class _ListColumn(_ChecksItself):
     """A text or fallback field: a list of values."""
 
     __slots__ = ("field", "items", "_is_text", "append")
@@ -187,7 +218,7 @@ def skip(value: Any) -> None:
 _CHUNK_BYTES = 8 << 20
 
 
-class LargeArrayColumn:
+class LargeArrayColumn(_ChecksItself):
     """A tensor field with large rows (images): recycled chunks of rows.
 
     The column grows a chunk at a time, so no step ever copies the rows

@@ -135,7 +135,10 @@ class EnvLogger(dm_env.Environment):
             raise self._backend.cut_short(e) from e
         if step_type == _LAST:
             discount = timestep.discount
-            terminated = discount is not None and bool(np.all(np.asarray(discount) == 0))
+            if type(discount) is float:  # the common case, without numpy's ~5 µs
+                terminated = discount == 0.0
+            else:
+                terminated = discount is not None and bool(np.all(np.asarray(discount) == 0))
             self._add = self._backend.add_step
             self._backend.end_episode(terminated=terminated)
         return timestep

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import StepValueError
+from rlds_writer.record.appender import build_appender, compile_step_add
 from rlds_writer.record.columns import LargeArrayColumn, make_column, skip
-from rlds_writer.record.values import cast_value, describe
+from rlds_writer.record.values import cast_value
 from rlds_writer.store import encoding
 from rlds_writer.store.episode_data import BufferPool, Episode
 from rlds_writer.store.layout import END_REASON
@@ -38,44 +39,7 @@ IS_LAST = "is_last"
 IS_TERMINAL = "is_terminal"
 _FLAGS = (IS_FIRST, IS_LAST, IS_TERMINAL)
 _TRANSITION = (ACTION, REWARD, DISCOUNT)
-
-
-def _build_appender(
-    node: Any, path: str, columns: dict[str, Any], leaf_fn: Callable[[Any], Any]
-) -> Callable[[Any], None]:
-    """Builds a function that checks a nested value and appends its leaves."""
-    if not isinstance(node, dict):
-        return leaf_fn(node)
-    children = {
-        name: _build_appender(sub, f"{path}/{name}", columns, leaf_fn) for name, sub in node.items()
-    }
-    expected = frozenset(children)
-    # config_from_env turns list/tuple specs into dicts keyed "0".."n-1"; the
-    # env still hands out lists/tuples for them.
-    index_keys = [str(i) for i in range(len(children))]
-    by_index = bool(children) and sorted(expected) == sorted(index_keys)
-
-    def append(value: Any) -> None:
-        if by_index and isinstance(value, list | tuple) and len(value) == len(index_keys):
-            value = dict(zip(index_keys, value))
-        if not isinstance(value, Mapping):
-            raise StepValueError(
-                path, f"expected a dict with keys {sorted(expected)}, got {describe(value)}"
-            )
-        if value.keys() != expected:
-            got = set(value.keys())
-            missing = sorted(expected - got)
-            unexpected = sorted(map(str, got - expected))
-            parts = []
-            if missing:
-                parts.append(f"missing keys {missing}")
-            if unexpected:
-                parts.append(f"unexpected keys {unexpected}")
-            raise StepValueError(path, f"expected keys {sorted(expected)}: " + ", ".join(parts))
-        for name, child in children.items():
-            child(value[name])
-
-    return append
+_NUMERIC = (encoding.FLOAT, encoding.INT)
 
 
 def _tree(
@@ -142,13 +106,33 @@ class StepFields:
         )
         self.episode_fields = {f.key: f for f in fields if not f.in_steps}
         self.flag_keys = {name: f"{encoding.STEPS}/{name}" for name in _FLAGS if name in groups}
-        self.zeros = {f.key: f.zero() for f in step_fields if f.path[1] in _TRANSITION}
+        # Scalar zeros as Python scalars: the columns take those without a cast.
+        self.zeros = {
+            f.key: f.zero().item() if f.shape == () and f.kind in _NUMERIC else f.zero()
+            for f in step_fields
+            if f.path[1] in _TRANSITION
+        }
+        self._flags: dict[tuple[int, bool], dict[str, np.ndarray]] = {}
         self._warned_missing_episode = False
         # Enough recycled buffers for every episode the writer may hold at once.
         self.pool = BufferPool(buffers_in_flight)
 
     def new_buffer(self) -> EpisodeBuffer:
         return EpisodeBuffer(self)
+
+    def flags(self, n: int, terminated: bool) -> dict[str, np.ndarray]:
+        """`rlds_flags` under the dataset's keys, read-only and kept per episode length."""
+        flags = self._flags.get((n, terminated))
+        if flags is None:
+            if len(self._flags) >= 64:  # episode lengths vary: keep the recent ones
+                self._flags.clear()
+            flags = {}
+            for name, values in rlds_flags(n, terminated).items():
+                if name in self.flag_keys:
+                    values.setflags(write=False)
+                    flags[self.flag_keys[name]] = values
+            self._flags[n, terminated] = flags
+        return flags
 
 
 class EpisodeBuffer:
@@ -178,7 +162,7 @@ class EpisodeBuffer:
             if name not in groups:
                 return None
             before = set(self.columns)
-            appender = _build_appender(groups[name], f"{prefix}/{name}", self.columns, leaf)
+            appender = build_appender(groups[name], f"{prefix}/{name}", leaf)
             target.extend(self.columns[k] for k in self.columns if k not in before)
             return appender
 
@@ -189,13 +173,26 @@ class EpisodeBuffer:
         meta_tree = {k: groups[k] for k in layout.metadata_keys}
         before = set(self.columns)
         self._meta = (
-            _build_appender(meta_tree, f"{prefix}/<step metadata>", self.columns, leaf)
-            if meta_tree
-            else None
+            build_appender(meta_tree, f"{prefix}/<step metadata>", leaf) if meta_tree else None
         )
         self._obs_columns.extend(self.columns[k] for k in self.columns if k not in before)
         self._episode_values: dict[str, Any] = {}
-        self.add = self._make_add()
+        self._large_columns = [c for c in self.columns.values() if isinstance(c, LargeArrayColumn)]
+        self._other_columns = [c for c in self.columns.values() if c not in self._large_columns]
+        # The step as one generated function; the closures check what it does not take.
+        compiled = {
+            argument: groups[name]
+            for argument, name in (
+                ("action", ACTION),
+                ("reward", REWARD),
+                ("discount", DISCOUNT),
+                ("next_observation", OBSERVATION),
+            )
+            if name in groups
+        }
+        if meta_tree:
+            compiled["step_metadata"] = meta_tree
+        self.add = compile_step_add(compiled, self.columns, self, self._make_add())
         self.num_steps = 0
 
     def start(self, observation: Any, step_metadata: Mapping[str, Any] | None = None) -> None:
@@ -205,8 +202,8 @@ class EpisodeBuffer:
         self._append_observation(observation, step_metadata)
 
     def _make_add(self) -> Callable[..., None]:
-        # A closure over the appenders: this runs once per step, so it does no
-        # attribute lookups and makes no nested method calls of its own.
+        # The checked form of a step: every value through its appender, which
+        # takes the other forms a value may come in or says what is wrong.
         act, rew, disc = self._action, self._reward, self._discount
         obs, meta = self._obs, self._meta
         buffer = self
@@ -291,7 +288,7 @@ class EpisodeBuffer:
 
             return store
 
-        _build_appender(tree, "<episode metadata>", {}, leaf)(metadata)
+        build_appender(tree, "<episode metadata>", leaf)(metadata)
         self._episode_values = values
 
     def set_episode_value(self, key: str, value: Any) -> None:
@@ -323,12 +320,10 @@ class EpisodeBuffer:
             if column.n != n:
                 raise RuntimeError(f"internal: column {key} has {column.n} values for {n} steps")
             out[key] = column.values()
-        for name, values in rlds_flags(n, terminated).items():
-            if name in layout.flag_keys:
-                out[layout.flag_keys[name]] = values
-        episode_values = dict(self._episode_values)
-        missing = [k for k in layout.episode_fields if k not in episode_values]
-        if missing:
+        out.update(layout.flags(n, terminated))
+        episode_values = self._episode_values  # the buffer starts a new dict below
+        if len(episode_values) != len(layout.episode_fields):  # its keys are declared ones
+            missing = [k for k in layout.episode_fields if k not in episode_values]
             if not layout._warned_missing_episode:
                 _log.warning(
                     "no episode metadata was given for %s in an episode; storing zeros "
@@ -340,11 +335,10 @@ class EpisodeBuffer:
                 episode_values[key] = layout.episode_fields[key].zero()
         # The columns give their storage away: the buffer is empty and reusable.
         buffers = []
-        for column in self.columns.values():
-            if isinstance(column, LargeArrayColumn):
-                buffers.extend(column.detach())
-            else:
-                column.reset()
+        for column in self._large_columns:
+            buffers.extend(column.detach())
+        for column in self._other_columns:
+            column.reset()
         self._episode_values = {}
         self.num_steps = 0
         return Episode(out, episode_values, n, buffers, layout.pool)

@@ -1,0 +1,149 @@
+"""Turning one step's nested values into appends to the episode buffer's columns.
+
+Two forms of the same walk over the step layout (observation, action, reward,
+discount, step metadata):
+
+* `build_appender`: closures, one per dict and leaf. It checks everything
+  and says what was wrong (`StepValueError` naming the field); it also takes
+  the forms a value may arrive in besides the exact one (lists for tuple
+  specs, other scalar types).
+* `compile_step_add`: one generated function for a whole step. A step runs
+  once per env step in the control loop, and a Python call per field costs
+  more than the append it makes; so, as `dataclasses` does for `__init__`,
+  the layout is compiled into the source of one function that tests every
+  value's exact type, dtype, shape and dict keys in one expression and then
+  appends them. Any value that fails a test goes to the closures above,
+  which record it the same way or refuse it. Only generated names (`_c0`,
+  `_c1`, ...) appear in the source; keys and field names are bound as values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from rlds_writer.errors import StepValueError
+from rlds_writer.record.values import describe
+from rlds_writer.store import encoding
+
+
+def build_appender(
+    node: Any, path: str, leaf_fn: Callable[[encoding.FieldSpec], Callable[[Any], None]]
+) -> Callable[[Any], None]:
+    """Builds a function that checks a nested value and appends its leaves.
+
+    Args:
+      node: a field (leaf) or a dict of nodes.
+      path: the node's path, for errors.
+      leaf_fn: makes the appender of one leaf field.
+    """
+    if not isinstance(node, dict):
+        return leaf_fn(node)
+    children = {name: build_appender(sub, f"{path}/{name}", leaf_fn) for name, sub in node.items()}
+    expected = frozenset(children)
+    # config_from_env turns list/tuple specs into dicts keyed "0".."n-1"; the
+    # env still hands out lists/tuples for them.
+    index_keys = [str(i) for i in range(len(children))]
+    by_index = bool(children) and sorted(expected) == sorted(index_keys)
+
+    def append(value: Any) -> None:
+        if by_index and isinstance(value, list | tuple) and len(value) == len(index_keys):
+            value = dict(zip(index_keys, value))
+        if not isinstance(value, Mapping):
+            raise StepValueError(
+                path, f"expected a dict with keys {sorted(expected)}, got {describe(value)}"
+            )
+        if value.keys() != expected:
+            got = set(value.keys())
+            missing = sorted(expected - got)
+            unexpected = sorted(map(str, got - expected))
+            parts = []
+            if missing:
+                parts.append(f"missing keys {missing}")
+            if unexpected:
+                parts.append(f"unexpected keys {unexpected}")
+            raise StepValueError(path, f"expected keys {sorted(expected)}: " + ", ".join(parts))
+        for name, child in children.items():
+            child(value[name])
+
+    return append
+
+
+class _Source:
+    """The parts of the generated function: its tests, its appends and the names they use."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, Any] = {"_ndarray": np.ndarray}
+        self.tests: list[str] = []
+        self.appends: list[str] = []
+
+    def bind(self, value: Any) -> str:
+        name = f"_c{len(self.names)}"
+        self.names[name] = value
+        return name
+
+    def walk(self, node: Any, expr: str, columns: Mapping[str, Any]) -> None:
+        if isinstance(node, dict):
+            keys = self.bind(frozenset(node))
+            self.tests.append(f"type({expr}) is dict and {expr}.keys() == {keys}")
+            for name, sub in node.items():
+                self.walk(sub, f"{expr}[{self.bind(name)}]", columns)
+            return
+        column = columns[node.key]
+        names = {key: self.bind(value) for key, value in column.inline_names().items()}
+        test, append = column.inline_source()
+        if test:
+            self.tests.append(test.format(v=expr, **names))
+        self.appends.append(append.format(v=expr, **names))
+
+
+def compile_step_add(
+    groups: Mapping[str, Any],
+    columns: Mapping[str, Any],
+    buffer: Any,
+    checked_add: Callable[..., None],
+) -> Callable[..., None]:
+    """Compiles the step layout into the buffer's per-step `add`.
+
+    The function is `add(action, reward, discount, next_observation,
+    step_metadata=None)`, as `EpisodeBuffer.add`.
+
+    Args:
+      groups: argument name (`action`, `reward`, `discount`,
+        `next_observation`, `step_metadata`) -> its node (a field or a dict
+        of nodes); a group the dataset lacks is left out.
+      columns: field key -> column (with `inline_names` and `inline_source`).
+      buffer: the episode buffer (`num_steps`, `_rollback`).
+      checked_add: the closure form, for any step whose values fail a test.
+
+    Returns:
+      The function.
+    """
+    source = _Source()
+    for argument, node in groups.items():
+        source.walk(node, argument, columns)
+    if "step_metadata" not in groups:
+        source.tests.append("step_metadata is None")
+    source.names.update(_buffer=buffer, _checked=checked_add)
+    tests = " and ".join(f"({t})" for t in ["n", *source.tests])
+    appends = "\n".join(f"            {a}" for a in source.appends) or "            pass"
+    text = (
+        "def add(action, reward, discount, next_observation, step_metadata=None):\n"
+        "    n = _buffer.num_steps\n"
+        f"    if {tests}:\n"
+        "        try:\n"
+        f"{appends}\n"
+        "        except BaseException:\n"
+        "            _buffer._rollback(n)\n"
+        "            raise\n"
+        "        _buffer.num_steps = n + 1\n"
+        "    else:\n"
+        "        _checked(action, reward, discount, next_observation, step_metadata)\n"
+    )
+    namespace = dict(source.names)
+    exec(compile(text, "<rlds_writer step add>", "exec"), namespace)  # noqa: S102
+    add = namespace["add"]
+    add.__doc__ = "Records one transition: `a_t, r_t, d_t` and the observation `o_{t+1}`."
+    return add

@@ -1,0 +1,131 @@
+"""The per-step `add` compiled from the step layout records what the checked path records.
+
+`record.appender.compile_step_add` generates one function per dataset that
+takes exact-typed values; anything else goes through the checked closures.
+These tests record the same episode through both (exact values, and values in
+the other forms a recorder accepts), load both with TFDS, and compare; and
+they check that field names are data, never code, in the generated function.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from helpers_core import assert_same, load_episodes
+
+import rlds_writer
+from rlds_writer.errors import StepValueError
+
+# Keys that would break or inject code if they were pasted into the source.
+ODD_KEYS = ("it's", "{v}", 'x"]+__import__("os").getcwd()+["', "a b/c")
+
+
+def _config() -> rlds_writer.DatasetConfig:
+    return rlds_writer.DatasetConfig(
+        name="compiled",
+        observation_info={
+            "pos": tfds.features.Tensor(shape=(3,), dtype=np.float32),
+            "grid": tfds.features.Tensor(shape=(4, 4), dtype=np.uint8),
+            "count": np.int64,
+            "odd": {key: np.float32 for key in ODD_KEYS},
+        },
+        action_info=tfds.features.Tensor(shape=(2,), dtype=np.float32),
+        reward_info=np.float32,
+        discount_info=np.float32,
+        step_metadata_info={"note": tfds.features.Text(), "flag": np.bool_},
+    )
+
+
+def _exact(t: int) -> tuple:
+    observation = {
+        "pos": np.full(3, t, np.float32),
+        "grid": np.full((4, 4), t, np.uint8),
+        "count": t,
+        "odd": {key: float(i + t) for i, key in enumerate(ODD_KEYS)},
+    }
+    action = np.array([t, -t], np.float32)
+    return action, 0.5 * t, 1.0, observation, {"note": f"step {t}", "flag": t % 2 == 0}
+
+
+def _other_forms(t: int) -> tuple:
+    """The same values as `_exact(t)`, in forms only the checked path takes."""
+    action, reward, discount, observation, meta = _exact(t)
+    observation = {
+        "pos": [float(t)] * 3,  # a list, not an array
+        "grid": np.full((4, 4), t, np.int64).astype(np.uint8).tolist(),
+        "count": np.int32(t),  # another integer type
+        "odd": {key: np.float64(v) for key, v in observation["odd"].items()},
+    }
+    return list(action), np.float64(reward), np.float32(discount), observation, meta
+
+
+def _record(path, make_step, steps: int = 6) -> None:
+    with rlds_writer.TFDSBackendWriter(str(path), _config()) as backend:
+        for episode in range(2):
+            _, _, _, first, meta = make_step(0)
+            backend.begin_episode(first, meta)
+            for t in range(1, steps):
+                backend.add_step(*make_step(t + 10 * episode))
+            backend.end_episode(terminated=True)
+
+
+def test_values_in_other_forms_are_recorded_as_the_exact_ones(tmp_path):
+    _record(tmp_path / "exact", _exact)
+    _record(tmp_path / "other", _other_forms)
+    exact, other = load_episodes(tmp_path / "exact"), load_episodes(tmp_path / "other")
+    assert len(exact) == 2
+    assert_same(other, exact)
+    step = exact[1]["steps"][2]
+    assert step["observation"]["count"] == 12
+    assert step["observation"]["odd"][ODD_KEYS[2]] == pytest.approx(14.0)
+    assert step["action"].tolist() == [13.0, -13.0]  # a_t is taken after o_t
+
+
+def test_field_names_are_never_code_in_the_compiled_step(tmp_path):
+    _record(tmp_path / "ds", _exact, steps=3)
+    episode = load_episodes(tmp_path / "ds")[0]
+    assert sorted(episode["steps"][1]["observation"]["odd"]) == sorted(ODD_KEYS)
+
+
+@pytest.mark.parametrize(
+    "field, bad",
+    [
+        ("count", 2**63),  # a Python int out of int64's range
+        ("pos", np.zeros(3, np.float64)),  # wrong dtype
+        ("grid", np.zeros((4, 5), np.uint8)),  # wrong shape
+    ],
+)
+def test_a_refused_value_leaves_the_step_unrecorded_and_recording_goes_on(tmp_path, field, bad):
+    with rlds_writer.TFDSBackendWriter(str(tmp_path / "ds"), _config()) as backend:
+        _, _, _, first, meta = _exact(0)
+        backend.begin_episode(first, meta)
+        backend.add_step(*_exact(1))
+        action, reward, discount, observation, meta = _exact(2)
+        with pytest.raises(StepValueError, match=f"observation/{field}"):
+            backend.add_step(action, reward, discount, {**observation, field: bad}, meta)
+        backend.add_step(*_exact(3))
+        backend.end_episode(terminated=False)
+    (episode,) = load_episodes(tmp_path / "ds")
+    counts = [int(step["observation"]["count"]) for step in episode["steps"]]
+    assert counts == [0, 1, 3]
+    assert [step["action"].tolist() for step in episode["steps"]] == [
+        [1.0, -1.0],
+        [3.0, -3.0],
+        [0.0, 0.0],
+    ]
+
+
+def test_missing_or_extra_step_metadata_is_refused_by_name(tmp_path):
+    with rlds_writer.TFDSBackendWriter(str(tmp_path / "ds"), _config()) as backend:
+        _, _, _, first, meta = _exact(0)
+        backend.begin_episode(first, meta)
+        action, reward, discount, observation, meta = _exact(1)
+        with pytest.raises(StepValueError, match="step metadata"):
+            backend.add_step(action, reward, discount, observation, None)
+        with pytest.raises(StepValueError, match="unexpected keys"):
+            backend.add_step(action, reward, discount, observation, {**meta, "more": 1})
+        backend.add_step(action, reward, discount, observation, meta)
+        backend.end_episode(terminated=True)
+    (episode,) = load_episodes(tmp_path / "ds")
+    assert len(episode["steps"]) == 2
