@@ -123,11 +123,16 @@ class EnvLogger(dm_env.Environment):
             self._begin(timestep)
             return timestep
         try:
-            step_metadata = None if self._step_fn is None else self._step_metadata(timestep, action)
-            self._add(
-                action, timestep.reward, timestep.discount, timestep.observation, step_metadata
-            )
-            if self._episode_fn is not None:
+            if self._step_fn is None and self._episode_fn is None:
+                self._add(action, timestep.reward, timestep.discount, timestep.observation)
+            else:
+                self._add(
+                    action,
+                    timestep.reward,
+                    timestep.discount,
+                    timestep.observation,
+                    self._step_metadata(timestep, action),
+                )
                 self._episode_metadata(timestep, action)
         except StepValueError as e:
             # The env has moved on: never record the next step after a missing one.

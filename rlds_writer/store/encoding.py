@@ -452,8 +452,8 @@ def encode_varints(values: np.ndarray) -> bytes:
       The packed varint bytes.
     """
     if isinstance(values, np.ndarray) and values.dtype == np.bool_:
-        # 0 and 1 are one-byte varints: the bools' own bytes.
-        return np.ascontiguousarray(values).reshape(-1).view(np.uint8).tobytes()
+        # 0 and 1 are one-byte varints: the bools' own bytes (tobytes is C order).
+        return values.tobytes()
     u = np.ascontiguousarray(values, dtype=np.int64).reshape(-1).view(np.uint64)
     if u.size == 0:
         return b""
@@ -538,6 +538,7 @@ def _fixed_bytes_parts(rows: np.ndarray | ChunkedRows) -> tuple[list[Any], int]:
     return [head, out.tobytes()], len(head) + inner_len
 
 
+@functools.lru_cache(maxsize=4096)
 @functools.lru_cache(maxsize=4096)
 def _map_entry_header(key: bytes, feature_len: int) -> bytes:
     """The bytes of a map entry that precede its `Feature` value.
