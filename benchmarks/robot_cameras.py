@@ -206,6 +206,7 @@ def report(
     steps: int,
     episodes: int,
     alone: dict[tuple[str, int], float] | None = None,
+    alone_steps: int = 200,
 ) -> str:
     lines = [
         SECTION,
@@ -244,7 +245,7 @@ def report(
     if alone:
         lines.append(
             f"The encoder alone: frames/s of the recorder's episode encoder on one "
-            f"{steps}-step episode of both cameras (no env, no writer; best of 3). "
+            f"{alone_steps}-step episode of both cameras (no env, no writer; best of 3). "
             "0 workers encodes on the calling thread (the single-threaded encoder)."
         )
         lines.append("")
@@ -283,13 +284,14 @@ def main() -> None:
         m = measure(encoding, workers, args.steps, args.episodes)
         rows.append((encoding, workers, m))
         print(encoding, workers, {k: round(v, 2) for k, v in m.items()}, file=sys.stderr)
+    alone_steps = min(args.steps, 200)
     alone = {
-        (encoding, workers): encoder_alone(encoding, min(args.steps, 200), workers)
+        (encoding, workers): encoder_alone(encoding, alone_steps, workers)
         for encoding in ("png", "jpeg")
         for workers in (0, 1, 2)
     }
     print("encoder alone", alone, file=sys.stderr)
-    text = report(rows, args.steps, args.episodes, alone)
+    text = report(rows, args.steps, args.episodes, alone, alone_steps)
     print(text)
     if args.report:
         write_section(args.report, SECTION, text)
