@@ -78,7 +78,14 @@ class TFRecordShardWriter:
         parts, length = _parts(record, length)
         header, footer = tfrecord.frame_parts_of(parts, length)
         if self._fd is not None:
-            _writev_all(self._fd, [header, *parts, footer])
+            iov = [header, *parts, footer]
+            if len(parts) == 1 and type(parts[0]) is bytes:
+                # A joined record: one writev, and the loop only for a short write.
+                written = os.writev(self._fd, iov)
+                if written != len(header) + length + len(footer):
+                    _writev_all(self._fd, iov, written)
+            else:
+                _writev_all(self._fd, iov)
         else:
             self._f.write(header)
             for part in parts:
@@ -139,10 +146,21 @@ class ArrayRecordShardWriter:
             layout.fsync_directory(self.path.parent)
 
 
-def _writev_all(fd: int, parts: list[Any]) -> None:
-    """Writes all parts with as few syscalls as possible, handling short writes."""
+def _writev_all(fd: int, parts: list[Any], written: int = 0) -> None:
+    """Writes all parts with as few syscalls as possible, handling short writes.
+
+    `written`: bytes of `parts` a first `writev` already wrote.
+    """
     views = [memoryview(p).cast("B") if not isinstance(p, bytes) else p for p in parts]
     i = 0
+    while written:  # skip what is already written
+        size = len(views[i])
+        if written >= size:
+            written -= size
+            i += 1
+        else:
+            views[i] = memoryview(views[i])[written:]
+            written = 0
     while i < len(views):
         batch = views[i : i + _IOV_MAX]
         written = os.writev(fd, batch)
