@@ -539,7 +539,6 @@ def _fixed_bytes_parts(rows: np.ndarray | ChunkedRows) -> tuple[list[Any], int]:
 
 
 @functools.lru_cache(maxsize=4096)
-@functools.lru_cache(maxsize=4096)
 def _map_entry_header(key: bytes, feature_len: int) -> bytes:
     """The bytes of a map entry that precede its `Feature` value.
 
@@ -585,6 +584,29 @@ def _packed_parts(tag: bytes, payload: Any, payload_len: int) -> tuple[list[Any]
     return [head, payload], len(head) + payload_len
 
 
+@functools.lru_cache(maxsize=4096)
+def _packed_entry_head(key: bytes, tag: bytes, payload_len: int) -> bytes:
+    """Everything of a packed numeric field's map entry before its payload.
+
+    Cached like `_map_entry_header`: a fixed-shape field's payload length
+    recurs with the episode length.
+    """
+    (head, *_), feature_len = _packed_parts(tag, b"", payload_len)
+    return _map_entry_header(key, feature_len) + head
+
+
+def _numeric_payload(kind: str, values: Any) -> tuple[bytes, Any, int]:
+    """(`Feature` tag, packed payload, its length) of a FLOAT or INT column or value."""
+    if kind == FLOAT:
+        payload = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
+        return b"\x12", _read_only(payload.view(np.uint8)), payload.nbytes
+    arr = np.asarray(values)
+    if arr.dtype == np.uint64:
+        arr = arr.view(np.int64)
+    payload = encode_varints(arr)
+    return b"\x1a", payload, len(payload)
+
+
 def encode_field_parts(field: FieldSpec, values: Any) -> tuple[list[Any], int]:
     """Encodes a column (per-step field) or a single value (episode field).
 
@@ -599,15 +621,8 @@ def encode_field_parts(field: FieldSpec, values: Any) -> tuple[list[Any], int]:
       bytes-like parts, and its total length.
     """
     kind = field.kind
-    if kind == FLOAT:
-        payload = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
-        return _packed_parts(b"\x12", _read_only(payload.view(np.uint8)), payload.nbytes)
-    if kind == INT:
-        arr = np.asarray(values)
-        if arr.dtype == np.uint64:
-            arr = arr.view(np.int64)
-        payload = encode_varints(arr)
-        return _packed_parts(b"\x1a", payload, len(payload))
+    if kind == FLOAT or kind == INT:
+        return _packed_parts(*_numeric_payload(kind, values))
     if kind == BYTES and field.in_steps:
         if isinstance(values, RowBytes):
             return _row_bytes_parts(values.rows)
@@ -693,6 +708,15 @@ class EpisodeEncoder:
                 total += len(entry)
                 continue
             try:
+                if field.kind == FLOAT or field.kind == INT:
+                    # Most fields of most datasets: the entry's head comes from a cache.
+                    tag, payload, payload_len = _numeric_payload(field.kind, values)
+                    head = _packed_entry_head(self._keys[field.key], tag, payload_len)
+                    entries.append(head)
+                    if payload_len:
+                        entries.append(payload)
+                    total += len(head) + payload_len
+                    continue
                 if field.kind in (PNG, JPEG):
                     feature_parts, feature_len = self._encode_image_field(field, values)
                 else:
