@@ -78,14 +78,7 @@ class TFRecordShardWriter:
         parts, length = _parts(record, length)
         header, footer = tfrecord.frame_parts_of(parts, length)
         if self._fd is not None:
-            iov = [header, *parts, footer]
-            if len(parts) == 1 and type(parts[0]) is bytes:
-                # A joined record: one writev, and the loop only for a short write.
-                written = os.writev(self._fd, iov)
-                if written != len(header) + length + len(footer):
-                    _writev_all(self._fd, iov, written)
-            else:
-                _writev_all(self._fd, iov)
+            _writev_all(self._fd, [header, *parts, footer], len(header) + length + len(footer))
         else:
             self._f.write(header)
             for part in parts:
@@ -146,33 +139,25 @@ class ArrayRecordShardWriter:
             layout.fsync_directory(self.path.parent)
 
 
-def _writev_all(fd: int, parts: list[Any], written: int = 0) -> None:
-    """Writes all parts with as few syscalls as possible, handling short writes.
+def _writev_all(fd: int, parts: list[Any], total: int) -> None:
+    """Writes all parts (`total` bytes) with as few syscalls as possible, handling short writes.
 
-    `written`: bytes of `parts` a first `writev` already wrote.
+    A record usually goes out in one `writev`; only a short write (or more
+    than `_IOV_MAX` parts) leads to another.
     """
     views = [memoryview(p).cast("B") if not isinstance(p, bytes) else p for p in parts]
     i = 0
-    while written:  # skip what is already written
-        size = len(views[i])
-        if written >= size:
-            written -= size
+    while True:
+        written = os.writev(fd, views[i : i + _IOV_MAX])
+        total -= written
+        if not total:
+            return
+        # Drop what this call wrote: whole parts, then the head of a part cut short.
+        while written >= len(views[i]):
+            written -= len(views[i])
             i += 1
-        else:
+        if written:
             views[i] = memoryview(views[i])[written:]
-            written = 0
-    while i < len(views):
-        batch = views[i : i + _IOV_MAX]
-        written = os.writev(fd, batch)
-        for part in batch:
-            size = len(part)
-            if written >= size:
-                written -= size
-                i += 1
-            else:
-                # Short write: keep the unwritten tail of this part.
-                views[i] = memoryview(part)[written:]
-                break
 
 
 def tfrecord_records(path: epath.PathLike) -> Iterator[bytes]:
