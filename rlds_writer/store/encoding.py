@@ -573,38 +573,24 @@ def _as_text_bytes(value: Any) -> bytes:
     return value.encode("utf-8")
 
 
+@functools.lru_cache(maxsize=4096)
+def _packed_head(tag: bytes, payload_len: int) -> bytes:
+    """The bytes of `Feature{<tag>: List{packed}}` before a payload of `payload_len` bytes.
+
+    Cached like `_map_entry_header`: a fixed-shape field's payload length
+    recurs with the episode length.
+    """
+    inner_head = b"\x0a" + _varint(payload_len)
+    return tag + _varint(len(inner_head) + payload_len) + inner_head
+
+
 def _packed_parts(tag: bytes, payload: Any, payload_len: int) -> tuple[list[Any], int]:
     """Parts of `Feature{<tag>: List{packed payload}}`."""
     if payload_len == 0:
         out = tag + b"\x00"
         return [out], len(out)
-    inner_head = b"\x0a" + _varint(payload_len)
-    inner_len = len(inner_head) + payload_len
-    head = tag + _varint(inner_len) + inner_head
+    head = _packed_head(tag, payload_len)
     return [head, payload], len(head) + payload_len
-
-
-@functools.lru_cache(maxsize=4096)
-def _packed_entry_head(key: bytes, tag: bytes, payload_len: int) -> bytes:
-    """Everything of a packed numeric field's map entry before its payload.
-
-    Cached like `_map_entry_header`: a fixed-shape field's payload length
-    recurs with the episode length.
-    """
-    (head, *_), feature_len = _packed_parts(tag, b"", payload_len)
-    return _map_entry_header(key, feature_len) + head
-
-
-def _numeric_payload(kind: str, values: Any) -> tuple[bytes, Any, int]:
-    """(`Feature` tag, packed payload, its length) of a FLOAT or INT column or value."""
-    if kind == FLOAT:
-        payload = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
-        return b"\x12", _read_only(payload.view(np.uint8)), payload.nbytes
-    arr = np.asarray(values)
-    if arr.dtype == np.uint64:
-        arr = arr.view(np.int64)
-    payload = encode_varints(arr)
-    return b"\x1a", payload, len(payload)
 
 
 def encode_field_parts(field: FieldSpec, values: Any) -> tuple[list[Any], int]:
@@ -621,8 +607,15 @@ def encode_field_parts(field: FieldSpec, values: Any) -> tuple[list[Any], int]:
       bytes-like parts, and its total length.
     """
     kind = field.kind
-    if kind == FLOAT or kind == INT:
-        return _packed_parts(*_numeric_payload(kind, values))
+    if kind == FLOAT:
+        payload = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
+        return _packed_parts(b"\x12", _read_only(payload.view(np.uint8)), payload.nbytes)
+    if kind == INT:
+        arr = np.asarray(values)
+        if arr.dtype == np.uint64:
+            arr = arr.view(np.int64)
+        payload = encode_varints(arr)
+        return _packed_parts(b"\x1a", payload, len(payload))
     if kind == BYTES and field.in_steps:
         if isinstance(values, RowBytes):
             return _row_bytes_parts(values.rows)
@@ -708,15 +701,6 @@ class EpisodeEncoder:
                 total += len(entry)
                 continue
             try:
-                if field.kind == FLOAT or field.kind == INT:
-                    # Most fields of most datasets: the entry's head comes from a cache.
-                    tag, payload, payload_len = _numeric_payload(field.kind, values)
-                    head = _packed_entry_head(self._keys[field.key], tag, payload_len)
-                    entries.append(head)
-                    if payload_len:
-                        entries.append(payload)
-                    total += len(head) + payload_len
-                    continue
                 if field.kind in (PNG, JPEG):
                     feature_parts, feature_len = self._encode_image_field(field, values)
                 else:
