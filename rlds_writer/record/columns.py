@@ -2,7 +2,8 @@
 
 Scalars go to Python lists (cast at episode end), small fixed-shape rows to
 lists of bytes, text and TFDS-encoded values to lists, and large rows and
-images to recycled chunks of about 8 MB from the recorder's `BufferPool`.
+images to recycled chunks of about 8 MB from the recorder's `BufferPool`
+(image chunks in shared memory, where the encoding processes read them).
 Every value is checked at the step (`record.values`) and copied: envs often
 reuse their arrays.
 """
@@ -226,6 +227,9 @@ class LargeArrayColumn(_ChecksItself):
     long camera episode); chunks come back from the writer through the pool.
     """
 
+    # Chunks in shared memory, where the image-encoding processes read them.
+    SHARED = False
+
     __slots__ = (
         "field", "shape", "dtype", "chunks", "cur", "pos", "n", "rows", "append", "_pool",
         "_row_bytes", "_flat",
@@ -250,9 +254,12 @@ class LargeArrayColumn(_ChecksItself):
         self._flat = memoryview(chunk).cast("B")
 
     def _take(self) -> np.ndarray:
-        chunk = self._pool.take(self.field.key, self.rows, self.shape, self.dtype)
+        key, rows, shape, dtype, shared = (
+            self.field.key, self.rows, self.shape, self.dtype, self.SHARED
+        )  # fmt: skip
+        chunk = self._pool.take(key, rows, shape, dtype, shared)
         # Keep one warm chunk ahead, made off the env thread.
-        self._pool.prefill(self.field.key, self.rows, self.shape, self.dtype)
+        self._pool.prefill(key, rows, shape, dtype, shared)
         return chunk
 
     def _append(self, value: Any) -> None:
@@ -317,6 +324,8 @@ class _ImageColumn(LargeArrayColumn):
     the last frame at every step. Values TFDS also takes for an image (encoded
     bytes, a file path) are kept as they are, by step index.
     """
+
+    SHARED = True
 
     __slots__ = ("others",)
 

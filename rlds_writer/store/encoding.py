@@ -26,13 +26,15 @@ from typing import Any
 import numpy as np
 
 from rlds_writer import errors
+from rlds_writer.store import image_processes
 from rlds_writer.store.image_codecs import (
     DEFAULT_JPEG_QUALITY,
     encode_jpeg,
     encode_png,
     yield_cpu_to_caller,
 )
-from rlds_writer.store.wire import read_varint
+from rlds_writer.store.wire import bytes_entries, read_varint
+from rlds_writer.store.wire import varint as _varint
 
 _log = logging.getLogger(__name__)
 
@@ -42,8 +44,8 @@ INT = "int"  # Tensor of an integer or bool dtype, stored as int64_list.
 BYTES = "bytes"  # Tensor(encoding=BYTES): one bytes entry per value.
 ZLIB = "zlib"  # Tensor(encoding=ZLIB): zlib-compressed raw bytes per value.
 TEXT = "text"  # Text or string scalar: one utf-8 bytes entry per value.
-PNG = "png"  # Image(encoding_format="png"), uint8/uint16/float32: PNG-encoded here, in a pool.
-JPEG = "jpeg"  # Image(encoding_format="jpeg") of uint8: JPEG-encoded here, in a thread pool.
+PNG = "png"  # Image(encoding_format="png"), uint8/uint16/float32: PNG-encoded by us.
+JPEG = "jpeg"  # Image(encoding_format="jpeg") of uint8: JPEG-encoded by us (Pillow).
 
 FALLBACK = "fallback"  # Anything else: TFDS's own encoder.
 
@@ -416,26 +418,6 @@ def jpeg_quality_of(feature: Any) -> int:
 # Protobuf wire primitives.
 
 
-def _varint_slow(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-# Lengths of keys, headers and small features repeat: look them up.
-_SMALL_VARINTS = [_varint_slow(i) for i in range(1 << 14)]
-
-
-def _varint(n: int) -> bytes:
-    """Encodes a non-negative int as a protobuf varint."""
-    if n < 16384:
-        return _SMALL_VARINTS[n]
-    return _varint_slow(n)
-
-
 _SHIFTS = np.arange(10, dtype=np.uint64) * np.uint64(7)
 _POSITIONS = np.arange(10)
 
@@ -474,8 +456,34 @@ def _len_delimited(tag: bytes, payload: bytes) -> bytes:
 
 def bytes_feature(items: list[bytes]) -> bytes:
     """Returns serialized `Feature{bytes_list}` bytes for the items."""
-    inner = b"".join([b"\x0a" + _varint(len(x)) + x for x in items])
+    inner = bytes_entries(items)
     return _len_delimited(b"\x0a", inner)
+
+
+def bytes_list_parts(items: list[Any]) -> tuple[list[Any], int]:
+    """`bytes_feature` as parts, without copying large items: (parts, total length).
+
+    Items are bytes-like (read-only: parts are hashed by CRC32C).
+    """
+    if items and sum(map(len, items)) < _ROW_PARTS_MIN * len(items):
+        out = bytes_feature([bytes(x) for x in items])
+        return [out], len(out)
+    parts: list[Any] = [b""]
+    inner = 0
+    for item in items:
+        header = b"\x0a" + _varint(len(item))
+        parts.append(header)
+        parts.append(item)
+        inner += len(header) + len(item)
+    parts[0] = b"\x0a" + _varint(inner)
+    return parts, len(parts[0]) + inner
+
+
+def _bytes_list_of_entries(pieces: list[bytes]) -> tuple[list[Any], int]:
+    """`Feature{bytes_list}` around `BytesList` entries given in pieces: (parts, length)."""
+    inner = sum(map(len, pieces))
+    head = b"\x0a" + _varint(inner)
+    return [head, *pieces], len(head) + inner
 
 
 def _read_only(arr: np.ndarray) -> np.ndarray:
@@ -642,8 +650,10 @@ class EpisodeEncoder:
 
     Args:
       features: the dataset's `tfds.features.FeaturesDict` (RLDS layout).
-      image_workers: threads used to encode fallback fields (PNG/JPEG images)
-        in parallel; 0 encodes them on the calling thread.
+      image_workers: PNG/JPEG frames are encoded in this many processes (on
+        Linux; elsewhere, or if a process is lost, in this many threads), and
+        other TFDS-encoded fields in this many threads; 0 encodes everything
+        on the calling thread.
     """
 
     def __init__(self, features: Any, image_workers: int = 0):
@@ -656,6 +666,13 @@ class EpisodeEncoder:
         self._fallback = [f for f in self.fields if f.kind == FALLBACK]
         self._fallback_serializers: dict[str, Any] = {}
         self._pool = None
+        self._processes: image_processes.ImageProcessPool | None = None
+        if (
+            image_workers
+            and any(f.in_steps and f.kind in (PNG, JPEG) for f in self.fields)
+            and image_processes.supported()
+        ):
+            self._processes = image_processes.ImageProcessPool(image_workers)
         if image_workers and any(
             f.in_steps and f.kind in (FALLBACK, PNG, JPEG) for f in self.fields
         ):
@@ -669,6 +686,9 @@ class EpisodeEncoder:
             )
 
     def close(self) -> None:
+        if self._processes is not None:
+            self._processes.close()
+            self._processes = None
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -693,6 +713,7 @@ class EpisodeEncoder:
         """Like `encode`, as bytes-like parts (no large copies) and their total length."""
         entries: list[Any] = []
         total = 0
+        images = self._encode_images_in_processes(columns) if self._processes else {}
         for field in self.fields:
             values = columns[field.key] if field.in_steps else episode_values[field.key]
             if field.kind == FALLBACK:
@@ -701,7 +722,9 @@ class EpisodeEncoder:
                 total += len(entry)
                 continue
             try:
-                if field.kind in (PNG, JPEG):
+                if field.key in images:
+                    feature_parts, feature_len = _bytes_list_of_entries(images[field.key])
+                elif field.kind in (PNG, JPEG):
                     feature_parts, feature_len = self._encode_image_field(field, values)
                 else:
                     feature_parts, feature_len = encode_field_parts(field, values)
@@ -713,6 +736,45 @@ class EpisodeEncoder:
             total += len(header) + feature_len
         head = b"\x0a" + _varint(total)
         return [head, *entries], len(head) + total
+
+    def _encode_images_in_processes(self, columns: Mapping[str, Any]) -> dict[str, list[bytes]]:
+        """Encodes the frame columns of every image field at once, in the worker processes.
+
+        Returns:
+          Field key -> its frames as `BytesList` entries in pieces, for the
+          fields whose column is frames of the field's dtype and shape (others,
+          such as paths or encoded bytes, are left to `_encode_image_field`);
+          {} if the workers are lost.
+        """
+        keys, jobs = [], []
+        for field in self.step_fields:
+            if field.kind not in (PNG, JPEG):
+                continue
+            values = columns[field.key]
+            parts = values.parts() if isinstance(values, ChunkedRows) else [values]
+            if sum(map(len, parts)) < 2 or not all(
+                isinstance(p, np.ndarray)
+                and p.dtype == field.dtype
+                and _shape_fits(p.shape[1:], field.shape)
+                for p in parts
+            ):
+                continue
+            quality = jpeg_quality_of(field.feature) if field.kind == JPEG else 0
+            keys.append(field.key)
+            jobs.append((field.kind, quality, parts))
+        if not jobs:
+            return {}
+        try:
+            encoded = self._processes.encode(jobs)
+        except image_processes.BatchFailed as e:
+            raise errors.EncodingError(f"{keys[e.job]}: could not encode ({e})") from e
+        except image_processes.WorkersLost as e:
+            # The episode is not lost: encode it (and the next ones) here.
+            _log.warning("%s; encoding images in the recording process from now on", e)
+            self._processes.close()
+            self._processes = None
+            return {}
+        return dict(zip(keys, encoded))
 
     def _encode_image_field(self, field: FieldSpec, values: Any) -> tuple[list[Any], int]:
         if field.kind == JPEG:
@@ -747,8 +809,7 @@ class EpisodeEncoder:
             ]
         else:
             encoded = [encode_one(v) for v in items]
-        out = bytes_feature(encoded)
-        return [out], len(out)
+        return bytes_list_parts(encoded)
 
     def _sequence_info(self, field: FieldSpec) -> Any:
         import tensorflow_datasets as tfds

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.store.encoding import RowBytes
+from rlds_writer.store.shared_frames import shared_empty
 
 
 class BufferPool:
@@ -41,12 +42,20 @@ class BufferPool:
         with self._lock:
             self._cap[key] = max(self._cap.get(key, self._max), chunks * self._max)
 
-    def take(self, key: str, capacity: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
-        """A buffer for `key`: a recycled or prefilled one if any, else a new one."""
+    def take(
+        self, key: str, capacity: int, shape: tuple, dtype: np.dtype, shared: bool = False
+    ) -> np.ndarray:
+        """A buffer for `key`: a recycled or prefilled one if any, else a new one.
+
+        `shared` buffers live in shared memory (`shared_frames`), where the
+        image-encoding processes read them; a key always asks for the same kind.
+        """
         with self._lock:
             free = self._free.get(key)
             if free:
                 return free.pop()
+        if shared:
+            return shared_empty((capacity,) + shape, dtype)
         return np.empty((capacity,) + shape, dtype=dtype)
 
     def give(self, key: str, buf: np.ndarray) -> None:
@@ -55,7 +64,9 @@ class BufferPool:
             if len(free) < self._cap.get(key, self._max):
                 free.append(buf)
 
-    def prefill(self, key: str, capacity: int, shape: tuple, dtype: np.dtype) -> None:
+    def prefill(
+        self, key: str, capacity: int, shape: tuple, dtype: np.dtype, shared: bool = False
+    ) -> None:
         """Asks for one warm spare of `capacity` rows for `key`, made in the background.
 
         Does nothing if a spare is already free (every buffer of a key has the
@@ -64,7 +75,7 @@ class BufferPool:
         with self._lock:
             if self._free.get(key):
                 return
-        _prefill_requests().put((self, key, capacity, shape, dtype))
+        _prefill_requests().put((self, key, capacity, shape, dtype, shared))
 
 
 _prefill_lock = threading.Lock()
@@ -87,9 +98,13 @@ def _prefill_requests() -> queue.SimpleQueue:
 
 def _prefill_loop(requests: queue.SimpleQueue) -> None:
     while True:
-        pool, key, capacity, shape, dtype = requests.get()
-        buf = np.empty((capacity,) + shape, dtype=dtype)
-        buf.fill(0)  # touches every page here, not on the env thread
+        pool, key, capacity, shape, dtype, shared = requests.get()
+        # Every page is allocated here, not at the env thread's first touch.
+        if shared:
+            buf = shared_empty((capacity,) + shape, dtype, populate=True)
+        else:
+            buf = np.empty((capacity,) + shape, dtype=dtype)
+            buf.fill(0)
         pool.give(key, buf)
 
 

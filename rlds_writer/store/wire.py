@@ -11,6 +11,9 @@ Wire layout (tensorflow/core/example/{example,feature}.proto)::
 returns where each list's payload sits in the buffer; the payloads themselves
 are decoded with numpy: packed floats with `np.frombuffer`, packed varints with
 a vectorised decoder, and equal-length byte strings as one 2-D array.
+
+The writing side (`store.encoding`, and the image-encoding processes) takes
+its varints and `BytesList` entries from here too.
 """
 
 from __future__ import annotations
@@ -32,6 +35,31 @@ LIST_NAMES = {
 }
 
 _LEN = 2  # wire type of length-delimited fields
+
+
+def _varint_slow(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+# Lengths of keys, headers and small features repeat: look them up.
+_SMALL_VARINTS = [_varint_slow(i) for i in range(1 << 14)]
+
+
+def varint(n: int) -> bytes:
+    """Encodes a non-negative int as a protobuf varint."""
+    if n < 16384:
+        return _SMALL_VARINTS[n]
+    return _varint_slow(n)
+
+
+def bytes_entries(items: Sequence[bytes]) -> bytes:
+    """The `value` entries of a `BytesList` holding `items` (the list's payload)."""
+    return b"".join([b"\x0a" + varint(len(x)) + x for x in items])
 
 
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:

@@ -1,0 +1,249 @@
+"""Image encoding in worker processes, reading frames from shared memory.
+
+Threads do not scale JPEG: Pillow holds the GIL while it unpacks RGB pixels
+and sets up each save, so two encoding threads reach about 1.3-1.5x one. This
+pool starts `image_worker` processes (on first use, off the env thread) and
+hands them batches of frames by position in the shared-frame file
+(`shared_frames`), where the recorder's image columns keep their frames: they
+are neither copied nor pickled. Frames from elsewhere (a converter's arrays)
+are first copied into a worker's slot in that file. Each batch comes back
+over a socket as ready `BytesList` entries, which are written as they are: the
+recording process does no work per frame.
+
+If a worker cannot start or dies, `encode` raises `WorkersLost`; the encoder
+then encodes in its own process from that episode on, so no episode is lost.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import pickle
+import selectors
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from rlds_writer import errors
+from rlds_writer.store import shared_frames
+from rlds_writer.store.image_worker import FAILED, RESULT_HEADER
+
+# Tasks queued per worker: the next batch is waiting when one finishes.
+_IN_FLIGHT = 2
+# Frames per task at most; fewer when an episode is short, so both workers
+# finish together, or when frames are large, to bound a slot's size.
+_MAX_BATCH = 16
+_SLOT_BYTES = 8 << 20
+# A batch of frames takes milliseconds; a worker silent this long is stuck.
+_STALL_SECONDS = 120.0
+
+
+class WorkersLost(errors.EncodingError):
+    """An encoding process could not start, died or stalled."""
+
+
+class BatchFailed(errors.EncodingError):
+    """A worker could not encode a frame (the message says why).
+
+    Attributes:
+      job: the index of the job the frame belongs to.
+    """
+
+    def __init__(self, job: int, message: str):
+        super().__init__(message)
+        self.job = job
+
+
+def supported() -> bool:
+    """Whether this system can run the pool (Linux: `memfd` and descriptor passing)."""
+    return (
+        bool(sys.executable)
+        and hasattr(socket, "send_fds")
+        and hasattr(socket, "SOCK_SEQPACKET")
+        and shared_frames.arena() is not None
+    )
+
+
+class _Worker:
+    __slots__ = ("process", "requests", "results", "has_fd", "slots", "sent", "in_flight")
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        results_ours, results_theirs = socket.socketpair()
+        env = dict(os.environ)
+        # The worker imports this package from where this process found it.
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        fds = (theirs.fileno(), results_theirs.fileno())
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "rlds_writer.store.image_worker", *map(str, fds)],
+                pass_fds=fds,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        except BaseException:
+            for sock in (ours, results_ours):
+                sock.close()
+            raise
+        finally:
+            theirs.close()
+            results_theirs.close()
+        self.requests = ours
+        self.results = results_ours
+        self.has_fd = False
+        # Per task in flight, a slot in the shared file for frames from elsewhere;
+        # used in turn (a worker answers in order, so a slot is free when reused).
+        self.slots: list[np.ndarray | None] = [None] * _IN_FLIGHT
+        self.sent = 0
+        self.in_flight = 0
+
+    def send(self, task: int, codec: str, quality: int, frames: np.ndarray) -> None:
+        """Asks the worker to encode `frames` (copied into a free slot if not shared)."""
+        arena = shared_frames.arena()
+        offset = arena.locate(frames)
+        if offset is None:
+            i = self.sent % _IN_FLIGHT
+            slot = self.slots[i]
+            if slot is None or slot.nbytes < frames.nbytes:
+                slot = self.slots[i] = arena.empty((frames.nbytes,), np.uint8)
+            staged = slot[: frames.nbytes].view(frames.dtype).reshape(frames.shape)
+            np.copyto(staged, frames)
+            offset = arena.locate(staged)
+        message = pickle.dumps(
+            (task, codec, quality, offset, len(frames), frames.shape[1:], frames.dtype.str)
+        )
+        socket.send_fds(self.requests, [message], [] if self.has_fd else [arena.fd])
+        self.has_fd = True
+        self.sent += 1
+        self.in_flight += 1
+
+    def close(self) -> None:
+        # Closing the sockets ends the worker's loop; kill it if it does not go.
+        self.requests.close()
+        self.results.close()
+        self.slots = [None] * _IN_FLIGHT
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    # MSG_WAITALL: one call and no zero-filled buffer for a whole result.
+    data = sock.recv(n, socket.MSG_WAITALL)
+    while len(data) < n:
+        more = sock.recv(n - len(data), socket.MSG_WAITALL)
+        if not more:
+            raise EOFError
+        data += more
+    return data
+
+
+class ImageProcessPool:
+    """Encodes PNG/JPEG frames in `workers` processes.
+
+    Args:
+      workers: number of encoding processes (started on the first `encode`).
+    """
+
+    def __init__(self, workers: int):
+        self.workers = max(1, workers)
+        self._pool: list[_Worker] = []
+
+    def _start(self) -> None:
+        try:
+            for _ in range(self.workers - len(self._pool)):
+                self._pool.append(_Worker())
+        except OSError as e:
+            self.close()
+            raise WorkersLost(f"image-encoding processes could not start ({e})") from e
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, []
+        for worker in pool:
+            worker.close()
+
+    def encode(self, jobs: Sequence[tuple[str, int, Sequence[np.ndarray]]]) -> list[list[bytes]]:
+        """Encodes every frame of `jobs`.
+
+        Args:
+          jobs: `(codec, quality, parts)` per image field: codec `png` or
+            `jpeg`, the JPEG quality, and the frames as arrays with a leading
+            frame axis (in shared memory or not: others are copied there).
+
+        Returns:
+          Per job, the `BytesList` entries of its frames in order, in pieces
+          (`wire.bytes_entries` of consecutive batches).
+
+        Raises:
+          WorkersLost: a worker could not start, died or stalled; the pool is
+            closed (nothing of these jobs is returned).
+          BatchFailed: a frame could not be encoded.
+        """
+        if not self._pool:
+            self._start()
+        total = sum(len(part) for _, _, parts in jobs for part in parts)
+        tasks = []  # (job, piece, codec, quality, frames)
+        out: list[list[bytes]] = []
+        for j, (codec, quality, parts) in enumerate(jobs):
+            pieces = 0
+            for part in parts:
+                row = max(1, part[0].nbytes if len(part) else 1)
+                batch = max(1, min(_MAX_BATCH, total // (4 * self.workers), _SLOT_BYTES // row))
+                for i in range(0, len(part), batch):
+                    tasks.append((j, pieces, codec, quality, part[i : i + batch]))
+                    pieces += 1
+            out.append([b""] * pieces)
+        try:
+            self._run(tasks, out)
+        except (OSError, EOFError) as e:
+            codes = [w.process.poll() for w in self._pool]
+            self.close()
+            raise WorkersLost(
+                f"an image-encoding process was lost ({e!r}; exit codes {codes})"
+            ) from e
+        return out
+
+    def _run(self, tasks: list, out: list[list[bytes]]) -> None:
+        pending = collections.deque(enumerate(tasks))
+        running: dict[int, tuple[int, int]] = {}
+        selector = selectors.DefaultSelector()
+        try:
+            for worker in self._pool:
+                selector.register(worker.results, selectors.EVENT_READ, worker)
+                worker.in_flight = 0
+            for worker in self._pool:
+                self._feed(worker, pending, running)
+            while running:
+                ready = selector.select(_STALL_SECONDS)
+                if not ready:
+                    raise OSError(f"no result for {_STALL_SECONDS:.0f} s")
+                for key, _ in ready:
+                    worker = key.data
+                    task, size, status = RESULT_HEADER.unpack(
+                        _recv_exact(worker.results, RESULT_HEADER.size)
+                    )
+                    payload = _recv_exact(worker.results, size)
+                    job, piece = running.pop(task)
+                    worker.in_flight -= 1
+                    if status == FAILED:
+                        raise BatchFailed(job, payload.decode("utf-8", "replace"))
+                    out[job][piece] = payload
+                    self._feed(worker, pending, running)
+        finally:
+            selector.close()
+            if running:
+                # A batch failed with tasks still queued: their answers would
+                # be read as the next episode's. Start afresh next time.
+                self.close()
+
+    def _feed(self, worker: _Worker, pending: collections.deque, running: dict) -> None:
+        while pending and worker.in_flight < _IN_FLIGHT:
+            task, (job, piece, codec, quality, frames) = pending.popleft()
+            worker.send(task, codec, quality, np.ascontiguousarray(frames))
+            running[task] = (job, piece)

@@ -1,0 +1,237 @@
+"""PNG/JPEG frames are encoded in worker processes that read them from shared memory.
+
+Proved end to end: what the processes encode is byte for byte what the
+recording process would encode, TFDS loads it, a worker killed with SIGKILL
+costs no episode, workers do not outlive a recorder killed with SIGKILL, and
+shared-memory slices are reused rather than grown without bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from gymnasium import spaces
+from helpers_core import load_episodes
+
+from rlds_writer import RecordRLDS
+from rlds_writer.errors import EncodingError
+from rlds_writer.store import image_processes, shared_frames
+from rlds_writer.store.encoding import EpisodeEncoder
+
+pytestmark = pytest.mark.skipif(
+    not image_processes.supported(), reason="image processes need Linux (memfd)"
+)
+
+
+class _Cameras(gym.Env):
+    """A JPEG camera and a PNG camera (by config), 48x48x3, smooth frames that change per step."""
+
+    def __init__(self, steps: int = 30):
+        self.steps = steps
+        box = spaces.Box(0, 255, (48, 48, 3), np.uint8)
+        self.observation_space = spaces.Dict({"image": box, "wrist_image": box})
+        self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        ramp = np.add.outer(np.arange(48), np.arange(48)) * 3 + self.t * 11
+        rgb = np.stack([ramp, ramp // 2, 255 - ramp % 256], axis=-1) % 256
+        noise = self.np_random.integers(0, 4, (48, 48, 3))
+        return {
+            "image": (rgb + noise).clip(0, 255).astype(np.uint8),
+            "wrist_image": (255 - rgb).astype(np.uint8),
+        }
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), 0.0, False, self.t >= self.steps, {}
+
+
+def _worker_pids(parent: int) -> list[int]:
+    """Live `image_worker` processes whose parent is `parent` (read from /proc)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        state = stat.rsplit(")", 1)[1].split()[0]
+        if b"rlds_writer.store.image_worker" in cmdline and ppid == parent and state != "Z":
+            out.append(int(name))
+    return out
+
+
+def _run_episodes(env, episodes: int, seed: int | None = None) -> None:
+    for i in range(episodes):
+        env.reset(seed=seed if i == 0 else None)
+        done = False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(np.zeros(2, np.float32))
+            done = terminated or truncated
+
+
+def _record(path, workers: int, episodes: int = 2, encoding: str = "jpeg") -> None:
+    env = RecordRLDS(_Cameras(), str(path), image_encoding=encoding, image_workers=workers)
+    _run_episodes(env, episodes, seed=3)
+    env.close()
+
+
+def _wrist_frames() -> list[np.ndarray]:
+    """The wrist camera's frames of one episode (they do not depend on the seed)."""
+    env = _Cameras()
+    frames = [env.reset(seed=0)[0]["wrist_image"]]
+    frames += [env.step(None)[0]["wrist_image"] for _ in range(env.steps)]
+    return frames
+
+
+def _shard_bytes(path) -> bytes:
+    return b"".join(
+        (path / name).read_bytes() for name in sorted(os.listdir(path)) if ".tfrecord-" in name
+    )
+
+
+@pytest.mark.parametrize("encoding", ["jpeg", "png"])
+def test_frames_encoded_in_worker_processes_are_the_bytes_encoded_in_process(tmp_path, encoding):
+    _record(tmp_path / "in_process", workers=0, encoding=encoding)
+    _record(tmp_path / "workers", workers=2, encoding=encoding)
+    assert _shard_bytes(tmp_path / "workers") == _shard_bytes(tmp_path / "in_process")
+    episodes = load_episodes(tmp_path / "workers")
+    assert [len(e["steps"]) for e in episodes] == [31, 31]
+    first = episodes[0]["steps"][0]["observation"]["image"]
+    assert first.shape == (48, 48, 3) and first.dtype == np.uint8
+    if encoding == "png":  # lossless: TFDS decodes the recorded pixels
+        expected = _Cameras().reset(seed=3)[0]["image"]
+        np.testing.assert_array_equal(first, expected)
+
+
+def test_recording_runs_the_encoding_in_child_processes(tmp_path):
+    env = RecordRLDS(_Cameras(), str(tmp_path / "ds"), image_encoding="jpeg", image_workers=2)
+    _run_episodes(env, 1, seed=0)
+    env.flush()
+    assert len(_worker_pids(os.getpid())) == 2
+    env.close()
+    assert _worker_pids(os.getpid()) == []
+
+
+def test_a_worker_killed_with_sigkill_loses_no_episode(tmp_path, caplog):
+    path = tmp_path / "ds"
+    env = RecordRLDS(_Cameras(), str(path), image_encoding="png", image_workers=2)
+    _run_episodes(env, 1, seed=0)
+    env.flush()
+    workers = _worker_pids(os.getpid())
+    assert len(workers) == 2
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    with caplog.at_level(logging.WARNING, logger="rlds_writer.store.encoding"):
+        _run_episodes(env, 2)  # encoded after the workers died
+        env.close()
+    assert "encoding images in the recording process" in caplog.text
+    episodes = load_episodes(path)
+    assert len(episodes) == 3
+    expected = _wrist_frames()
+    for episode in episodes:
+        recorded = [step["observation"]["wrist_image"] for step in episode["steps"]]
+        np.testing.assert_array_equal(np.stack(recorded), np.stack(expected))
+
+
+def test_workers_exit_when_the_recording_process_is_killed(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        import numpy as np
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_image_processes import _Cameras
+        from rlds_writer import RecordRLDS
+        env = RecordRLDS(_Cameras(), {str(tmp_path / "ds")!r}, image_encoding="jpeg")
+        env.reset(seed=0)
+        for _ in range(_Cameras().steps):
+            env.step(np.zeros(2, np.float32))
+        env.flush()
+        print("ready", flush=True)
+        time.sleep(600)
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        workers = _worker_pids(child.pid)
+        assert len(workers) == 2
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 20
+        while any(os.path.exists(f"/proc/{pid}") for pid in workers):
+            assert time.monotonic() < deadline, "image workers outlived the recorder"
+            time.sleep(0.1)
+    finally:
+        child.kill()
+        child.wait()
+    # The episode flushed before the kill is on disk and loads after recovery.
+    builder = tfds.builder_from_directory(str(tmp_path / "ds"))
+    assert builder.info.splits["train"].num_examples == 1
+
+
+def test_frames_from_ordinary_memory_are_copied_to_shared_slots_and_encode_the_same():
+    camera = tfds.features.Image(shape=(32, 32, 3), encoding_format="jpeg")
+    features = tfds.features.FeaturesDict(
+        {"steps": tfds.features.Dataset({"observation": {"image": camera}})}
+    )
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (40, 32, 32, 3), dtype=np.uint8)  # not in shared memory
+    assert shared_frames.arena().locate(frames) is None
+    columns = {"steps/observation/image": frames}
+    alone = EpisodeEncoder(features, image_workers=0)
+    pooled = EpisodeEncoder(features, image_workers=2)
+    try:
+        assert pooled.encode(columns, {}) == alone.encode(columns, {})
+        assert pooled._processes is not None  # still the processes, not a fallback
+    finally:
+        pooled.close()
+
+
+def test_a_frame_a_worker_cannot_encode_is_an_error_naming_the_field_and_the_pool_recovers():
+    pool = image_processes.ImageProcessPool(1)
+    try:
+        two_channels = np.zeros((3, 8, 8, 2), np.uint8)  # JPEG takes 1 or 3 channels
+        with pytest.raises(EncodingError) as failed:
+            pool.encode(
+                [("png", 0, [np.zeros((2, 8, 8, 3), np.uint8)]), ("jpeg", 95, [two_channels])]
+            )
+        assert isinstance(failed.value, image_processes.BatchFailed) and failed.value.job == 1
+        good = pool.encode([("png", 0, [np.zeros((3, 8, 8, 3), np.uint8)])])
+        assert len(good) == 1 and sum(map(len, good[0])) > 0
+    finally:
+        pool.close()
+
+
+def test_released_shared_slices_are_reused_not_grown():
+    arena = shared_frames.arena()
+    shape = (7, 33, 33, 3)  # a size no other test uses
+    first = [shared_frames.shared_empty(shape, np.uint8) for _ in range(3)]
+    offsets = [arena.locate(a) for a in first]
+    size = os.fstat(arena.fd).st_size
+    view = first[0][2:]  # a view keeps its slice alive
+    del first
+    again = [shared_frames.shared_empty(shape, np.uint8) for _ in range(2)]
+    assert sorted(arena.locate(a) for a in again) == sorted(offsets[1:])
+    assert os.fstat(arena.fd).st_size == size
+    assert arena.locate(view) == offsets[0] + view[0].nbytes * 2
