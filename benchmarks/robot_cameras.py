@@ -15,7 +15,9 @@ an env with two RGB cameras through `RecordRLDS`, and reports:
   encoding thread (PNG and JPEG);
 * **encoder alone**: frames/s of the recorder's episode encoder on one
   episode's frames, with no env and no writer: on the calling thread (the
-  single-threaded encoder) and with 1 and 2 image workers.
+  single-threaded encoder) and with 1 and 2 image workers;
+* **machine scaling**: how much faster 2 independent processes run the
+  codec than 1, the most a second worker could give on this machine.
 
 Usage: `python benchmarks/robot_cameras.py [--steps 1000] [--episodes 3] [--report [PATH]]`;
 with `--report` the table is written into benchmarks/REPORT.md (its own
@@ -171,35 +173,76 @@ def png_levels() -> list[tuple[int, float, float]]:
     return out
 
 
-def encoder_alone(encoding: str, steps: int, workers: int, repeats: int = 3) -> float:
-    """Frames/s of `EpisodeEncoder` on one episode of both cameras (best of `repeats`).
+def encoder_alone(
+    encoding: str, steps: int, workers: tuple[int, ...] = (0, 1, 2), repeats: int = 5
+) -> dict[int, float]:
+    """Frames/s of `EpisodeEncoder` on one episode of both cameras, per worker count.
 
-    `workers=0` encodes on the calling thread: the single-threaded encoder.
+    `0` workers encodes on the calling thread: the single-threaded encoder.
+    The frames sit in shared memory, as the recorder's image columns keep
+    them. The worker counts take turns within each repeat (the VM's speed
+    drifts), and each keeps its best time.
     """
     import tensorflow_datasets as tfds
 
     from rlds_writer.store.encoding import EpisodeEncoder
+    from rlds_writer.store.shared_frames import shared_empty
 
     camera = tfds.features.Image(shape=(256, 256, 3), encoding_format=encoding)
     features = tfds.features.FeaturesDict(
         {"steps": tfds.features.Dataset({"observation": {"image": camera, "wrist_image": camera}})}
     )
     frames = TwoCameras(steps).frames
-    columns = {
-        "steps/observation/image": np.stack([frames[t % 16] for t in range(steps)]),
-        "steps/observation/wrist_image": np.stack([frames[(t + 5) % 16] for t in range(steps)]),
-    }
-    encoder = EpisodeEncoder(features, image_workers=workers)
+    columns = {}
+    for name, lag in (("image", 0), ("wrist_image", 5)):
+        column = shared_empty((steps, 256, 256, 3), np.uint8)
+        for t in range(steps):
+            column[t] = frames[(t + lag) % 16]
+        columns[f"steps/observation/{name}"] = column
+    encoders = {w: EpisodeEncoder(features, image_workers=w) for w in workers}
+    best = dict.fromkeys(workers, float("inf"))
     try:
-        encoder.encode_parts(columns, {})  # warm-up: starts the image workers
-        best = float("inf")
+        for encoder in encoders.values():
+            encoder.encode_parts(columns, {})  # warm-up: starts the image workers
         for _ in range(repeats):
-            start = time.perf_counter()
-            encoder.encode_parts(columns, {})
-            best = min(best, time.perf_counter() - start)
+            for w, encoder in encoders.items():
+                start = time.perf_counter()
+                encoder.encode_parts(columns, {})
+                best[w] = min(best[w], time.perf_counter() - start)
     finally:
-        encoder.close()
-    return 2 * steps / best
+        for encoder in encoders.values():
+            encoder.close()
+    return {w: 2 * steps / t for w, t in best.items()}
+
+
+def _encode_frames(encoding: str, count: int) -> float:
+    from rlds_writer.store.image_codecs import encode_jpeg, encode_png
+
+    encode = encode_jpeg if encoding == "jpeg" else encode_png
+    frames = TwoCameras(1).frames
+    start = time.perf_counter()
+    for i in range(count):
+        encode(frames[i % 16])
+    return time.perf_counter() - start
+
+
+def machine_scaling(encoding: str, count: int, repeats: int = 3) -> float:
+    """How much faster 2 independent processes encode than 1: this machine's ceiling.
+
+    Each process runs the codec alone on `count` frames (no rlds_writer
+    pipeline); best of `repeats`, taking turns.
+    """
+    import multiprocessing
+
+    one = two = float("inf")
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        pool.starmap(_encode_frames, [(encoding, 2)] * 2)  # warm-up
+        for _ in range(repeats):
+            one = min(one, _encode_frames(encoding, count) / count)
+            start = time.perf_counter()
+            pool.starmap(_encode_frames, [(encoding, count)] * 2)
+            two = min(two, (time.perf_counter() - start) / (2 * count))
+    return one / two
 
 
 def report(
@@ -208,6 +251,7 @@ def report(
     episodes: int,
     alone: dict[tuple[str, int], float] | None = None,
     alone_steps: int = 200,
+    ceiling: dict[str, float] | None = None,
 ) -> str:
     lines = [
         SECTION,
@@ -246,7 +290,8 @@ def report(
     if alone:
         lines.append(
             f"The encoder alone: frames/s of the recorder's episode encoder on one "
-            f"{alone_steps}-step episode of both cameras (no env, no writer; best of 3). "
+            f"{alone_steps}-step episode of both cameras in shared memory, as the recorder "
+            "keeps them (no env, no writer; best of 5, worker counts taking turns). "
             "0 workers encodes on the calling thread (the single-threaded encoder)."
         )
         lines.append("")
@@ -256,6 +301,14 @@ def report(
             lines.append(
                 f"| {encoding} | {workers} | {fps:.0f} | {fps / alone[encoding, 0]:.2f}x |"
             )
+        lines.append("")
+    if ceiling:
+        lines.append(
+            "This machine's own ceiling, measured in the same run: 2 independent processes "
+            "running the codec alone encode "
+            + ", ".join(f"{x:.2f}x ({e})" for e, x in ceiling.items())
+            + " the frames/s of 1."
+        )
         lines.append("")
     for encoding in ("png", "jpeg"):
         if (encoding, 1) in speed and (encoding, 2) in speed:
@@ -287,12 +340,14 @@ def main() -> None:
         print(encoding, workers, {k: round(v, 2) for k, v in m.items()}, file=sys.stderr)
     alone_steps = min(args.steps, 200)
     alone = {
-        (encoding, workers): encoder_alone(encoding, alone_steps, workers)
+        (encoding, workers): fps
         for encoding in ("png", "jpeg")
-        for workers in (0, 1, 2)
+        for workers, fps in encoder_alone(encoding, alone_steps).items()
     }
     print("encoder alone", alone, file=sys.stderr)
-    text = report(rows, args.steps, args.episodes, alone, alone_steps)
+    ceiling = {"png": machine_scaling("png", 60), "jpeg": machine_scaling("jpeg", 600)}
+    print("machine scaling", ceiling, file=sys.stderr)
+    text = report(rows, args.steps, args.episodes, alone, alone_steps, ceiling)
     print(text)
     if args.report:
         write_section(args.report, SECTION, text)

@@ -33,9 +33,9 @@ from rlds_writer.store.image_worker import FAILED, RESULT_HEADER
 
 # Tasks queued per worker: the next batch is waiting when one finishes.
 _IN_FLIGHT = 2
-# Frames per task at most; fewer when an episode is short, so both workers
-# finish together, or when frames are large, to bound a slot's size.
-_MAX_BATCH = 16
+# Frames per task at most; fewer toward the end of the frames, so both workers
+# finish together, and when frames are large, to bound a slot's size.
+_MAX_BATCH = 32
 _SLOT_BYTES = 8 << 20
 # A batch of frames takes milliseconds; a worker silent this long is stuck.
 _STALL_SECONDS = 120.0
@@ -187,17 +187,23 @@ class ImageProcessPool:
         """
         if not self._pool:
             self._start()
-        total = sum(len(part) for _, _, parts in jobs for part in parts)
+        left = sum(len(part) for _, _, parts in jobs for part in parts)
         tasks = []  # (job, piece, codec, quality, frames)
         out: list[list[bytes]] = []
         for j, (codec, quality, parts) in enumerate(jobs):
             pieces = 0
             for part in parts:
                 row = max(1, part[0].nbytes if len(part) else 1)
-                batch = max(1, min(_MAX_BATCH, total // (4 * self.workers), _SLOT_BYTES // row))
-                for i in range(0, len(part), batch):
-                    tasks.append((j, pieces, codec, quality, part[i : i + batch]))
+                i = 0
+                while i < len(part):
+                    # Guided sizes: large batches (few wake-ups of this thread),
+                    # small ones at the end (the workers finish together).
+                    batch = max(1, min(_MAX_BATCH, left // (2 * self.workers), _SLOT_BYTES // row))
+                    frames = part[i : i + batch]
+                    tasks.append((j, pieces, codec, quality, frames))
                     pieces += 1
+                    i += len(frames)
+                    left -= len(frames)
             out.append([b""] * pieces)
         try:
             self._run(tasks, out)
