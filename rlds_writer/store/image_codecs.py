@@ -1,8 +1,9 @@
 """Image codecs of the encoder: PNG (ours, numpy + zlib) and JPEG (Pillow).
 
-Both run in the encoder's thread pool, off the env thread, and release the
-GIL for the heavy part, so several threads encode on every core. What they
-write decodes in TFDS to exactly what TFDS's own encoder would give.
+Both run off the env thread: in the encoder's worker processes
+(`image_processes`), or in its threads where processes cannot run; both
+release the GIL for their heavy part. What they write decodes in TFDS to
+exactly what TFDS's own encoder would give.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def encode_jpeg(image: np.ndarray, quality: int = DEFAULT_JPEG_QUALITY) -> bytes
     pixels differ from TensorFlow's by up to ~11 levels, so it is not used.)
     Pillow releases the GIL only when it encodes into a file descriptor, not
     into a `BytesIO`; so each thread encodes into its own in-memory file
-    (`memfd`), and a thread pool encodes on every core.
+    (`memfd`). It still holds the GIL to unpack the pixels and set up the
+    save, which is why the encoder runs JPEG in processes, not threads.
     """
     from PIL import Image as PILImage
 

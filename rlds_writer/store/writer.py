@@ -172,7 +172,8 @@ class DatasetWriter:
       commit_interval: seconds between commits while episodes arrive: readers
         see episodes at most this old; each commit closes the open shards, so
         a shard also holds at most this many seconds of recording.
-      image_workers: threads that encode image features in parallel.
+      image_workers: processes that encode PNG/JPEG frames in parallel
+        (threads where processes cannot run); 0 encodes on the writer thread.
 
     Raises:
       DatasetExistsError: the directory holds a dataset and mode is `error`.
