@@ -190,6 +190,51 @@ def test_workers_exit_when_the_recording_process_is_killed(tmp_path):
     assert builder.info.splits["train"].num_examples == 1
 
 
+def test_ctrl_c_stops_the_loop_and_the_workers_still_encode_the_last_episodes(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        import numpy as np
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_image_processes import _Cameras
+        from rlds_writer import RecordRLDS
+        env = RecordRLDS(_Cameras(), {str(tmp_path / "ds")!r}, image_encoding="png")
+        env.reset(seed=0)
+        try:
+            while True:
+                env.step(np.zeros(2, np.float32))
+                if env.unwrapped.t == 20:
+                    print("ready", flush=True)
+                    time.sleep(0.01)
+                if env.unwrapped.t == 30:
+                    env.reset()
+        except KeyboardInterrupt:
+            env.close()
+            print("closed", flush=True)
+        """
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group, as a shell gives a foreground job
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        time.sleep(1.0)
+        os.killpg(child.pid, signal.SIGINT)  # what Ctrl-C sends: the whole group
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+        child.wait()
+    assert "closed" in out, err
+    assert "encoding images in the recording process" not in err
+    assert "Traceback" not in err
+    episodes = load_episodes(tmp_path / "ds")
+    assert len(episodes) >= 2 and all(len(e["steps"]) >= 2 for e in episodes)
+
+
 def test_frames_from_ordinary_memory_are_copied_to_shared_slots_and_encode_the_same():
     camera = tfds.features.Image(shape=(32, 32, 3), encoding_format="jpeg")
     features = tfds.features.FeaturesDict(

@@ -84,6 +84,10 @@ class _Worker:
                 pass_fds=fds,
                 stdin=subprocess.DEVNULL,
                 env=env,
+                # Out of the terminal's process group: Ctrl-C stops the env
+                # loop, and the worker still encodes what the recorder then
+                # writes. It ends with its sockets, whatever ends the recorder.
+                start_new_session=True,
             )
         except BaseException:
             for sock in (ours, results_ours):
