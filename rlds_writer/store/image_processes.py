@@ -20,6 +20,7 @@ import collections
 import os
 import pickle
 import selectors
+import site
 import socket
 import subprocess
 import sys
@@ -74,9 +75,13 @@ class _Worker:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         results_ours, results_theirs = socket.socketpair()
         env = dict(os.environ)
-        # The worker imports this package from where this process found it.
+        # The worker imports this package from where this process found it: a
+        # checkout on sys.path goes on its PYTHONPATH (site-packages does not,
+        # or it would come before the standard library there).
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        installed = {os.path.abspath(p) for p in site.getsitepackages()}
+        if root not in installed:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         fds = (theirs.fileno(), results_theirs.fileno())
         try:
             self.process = subprocess.Popen(
