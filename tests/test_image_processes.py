@@ -90,6 +90,15 @@ def _run_episodes(env, episodes: int, seed: int | None = None) -> None:
             done = terminated or truncated
 
 
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (an exited child that nobody reaped yet is a zombie: not running)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _record(path, workers: int, episodes: int = 2, encoding: str = "jpeg") -> None:
     env = RecordRLDS(_Cameras(), str(path), image_encoding=encoding, image_workers=workers)
     _run_episodes(env, episodes, seed=3)
@@ -179,7 +188,9 @@ def test_workers_exit_when_the_recording_process_is_killed(tmp_path):
         child.kill()
         child.wait()
         deadline = time.monotonic() + 20
-        while any(os.path.exists(f"/proc/{pid}") for pid in workers):
+        # Orphans go to PID 1, which reaps them (or, in a container whose PID 1
+        # is this test run, leaves them as zombies).
+        while any(_running(pid) for pid in workers):
             assert time.monotonic() < deadline, "image workers outlived the recorder"
             time.sleep(0.1)
     finally:
