@@ -33,7 +33,7 @@ from rlds_writer.store.image_codecs import (
     encode_png,
     yield_cpu_to_caller,
 )
-from rlds_writer.store.wire import bytes_entries, read_varint
+from rlds_writer.store.wire import bytes_entries, bytes_entry_head, read_varint
 from rlds_writer.store.wire import varint as _varint
 
 _log = logging.getLogger(__name__)
@@ -460,30 +460,23 @@ def bytes_feature(items: list[bytes]) -> bytes:
     return _len_delimited(b"\x0a", inner)
 
 
-def bytes_list_parts(items: list[Any]) -> tuple[list[Any], int]:
-    """`bytes_feature` as parts, without copying large items: (parts, total length).
-
-    Items are bytes-like (read-only: parts are hashed by CRC32C).
-    """
-    if items and sum(map(len, items)) < _ROW_PARTS_MIN * len(items):
-        out = bytes_feature([bytes(x) for x in items])
-        return [out], len(out)
-    parts: list[Any] = [b""]
-    inner = 0
-    for item in items:
-        header = b"\x0a" + _varint(len(item))
-        parts.append(header)
-        parts.append(item)
-        inner += len(header) + len(item)
-    parts[0] = b"\x0a" + _varint(inner)
-    return parts, len(parts[0]) + inner
-
-
 def _bytes_list_of_entries(pieces: list[bytes]) -> tuple[list[Any], int]:
     """`Feature{bytes_list}` around `BytesList` entries given in pieces: (parts, length)."""
     inner = sum(map(len, pieces))
     head = b"\x0a" + _varint(inner)
     return [head, *pieces], len(head) + inner
+
+
+def bytes_list_parts(items: list[bytes]) -> tuple[list[Any], int]:
+    """`bytes_feature` as parts, without copying large items: (parts, total length)."""
+    if items and sum(map(len, items)) < _ROW_PARTS_MIN * len(items):
+        out = bytes_feature(items)
+        return [out], len(out)
+    pieces = []
+    for item in items:
+        pieces.append(bytes_entry_head(len(item)))
+        pieces.append(item)
+    return _bytes_list_of_entries(pieces)
 
 
 def _read_only(arr: np.ndarray) -> np.ndarray:

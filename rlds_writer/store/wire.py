@@ -57,9 +57,14 @@ def varint(n: int) -> bytes:
     return _varint_slow(n)
 
 
+def bytes_entry_head(length: int) -> bytes:
+    """The bytes before one `value` of `length` bytes in a `BytesList`."""
+    return b"\x0a" + varint(length)
+
+
 def bytes_entries(items: Sequence[bytes]) -> bytes:
     """The `value` entries of a `BytesList` holding `items` (the list's payload)."""
-    return b"".join([b"\x0a" + varint(len(x)) + x for x in items])
+    return b"".join([bytes_entry_head(len(x)) + x for x in items])
 
 
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
