@@ -254,12 +254,9 @@ class LargeArrayColumn(_ChecksItself):
         self._flat = memoryview(chunk).cast("B")
 
     def _take(self) -> np.ndarray:
-        key, rows, shape, dtype, shared = (
-            self.field.key, self.rows, self.shape, self.dtype, self.SHARED
-        )  # fmt: skip
-        chunk = self._pool.take(key, rows, shape, dtype, shared)
+        chunk = self._pool.take(self.field.key, self.rows, self.shape, self.dtype, self.SHARED)
         # Keep one warm chunk ahead, made off the env thread.
-        self._pool.prefill(key, rows, shape, dtype, shared)
+        self._pool.prefill(self.field.key, self.rows, self.shape, self.dtype, self.SHARED)
         return chunk
 
     def _append(self, value: Any) -> None:

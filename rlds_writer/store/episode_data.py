@@ -54,9 +54,7 @@ class BufferPool:
             free = self._free.get(key)
             if free:
                 return free.pop()
-        if shared:
-            return shared_empty((capacity,) + shape, dtype)
-        return np.empty((capacity,) + shape, dtype=dtype)
+        return _new_buffer((capacity,) + shape, dtype, shared)
 
     def give(self, key: str, buf: np.ndarray) -> None:
         with self._lock:
@@ -99,13 +97,17 @@ def _prefill_requests() -> queue.SimpleQueue:
 def _prefill_loop(requests: queue.SimpleQueue) -> None:
     while True:
         pool, key, capacity, shape, dtype, shared = requests.get()
-        # Every page is allocated here, not at the env thread's first touch.
-        if shared:
-            buf = shared_empty((capacity,) + shape, dtype, populate=True)
-        else:
-            buf = np.empty((capacity,) + shape, dtype=dtype)
-            buf.fill(0)
-        pool.give(key, buf)
+        pool.give(key, _new_buffer((capacity,) + shape, dtype, shared, warm=True))
+
+
+def _new_buffer(shape: tuple, dtype: np.dtype, shared: bool, warm: bool = False) -> np.ndarray:
+    """A new buffer; `warm` allocates every page now, not at its first touch."""
+    if shared:
+        return shared_empty(shape, dtype, populate=warm)
+    buf = np.empty(shape, dtype=dtype)
+    if warm:
+        buf.fill(0)
+    return buf
 
 
 def _estimate_nbytes(columns: Mapping[str, Any]) -> int:
