@@ -99,6 +99,20 @@ def _running(pid: int) -> bool:
         return False
 
 
+def _child_recorder(path, encoding: str, body: str) -> str:
+    """Source of a child process that opens a `_Cameras` recorder on `path`, then runs `body`."""
+    head = f"""
+import sys, time
+import numpy as np
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+from test_image_processes import _Cameras
+from rlds_writer import RecordRLDS
+env = RecordRLDS(_Cameras(), {str(path)!r}, image_encoding={encoding!r})
+env.reset(seed=0)
+"""
+    return head + textwrap.dedent(body)
+
+
 def _record(path, workers: int, episodes: int = 2, encoding: str = "jpeg") -> None:
     env = RecordRLDS(_Cameras(), str(path), image_encoding=encoding, image_workers=workers)
     _run_episodes(env, episodes, seed=3)
@@ -164,21 +178,16 @@ def test_a_worker_killed_with_sigkill_loses_no_episode(tmp_path, caplog):
 
 
 def test_workers_exit_when_the_recording_process_is_killed(tmp_path):
-    script = textwrap.dedent(
-        f"""
-        import sys, time
-        import numpy as np
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from test_image_processes import _Cameras
-        from rlds_writer import RecordRLDS
-        env = RecordRLDS(_Cameras(), {str(tmp_path / "ds")!r}, image_encoding="jpeg")
-        env.reset(seed=0)
+    script = _child_recorder(
+        tmp_path / "ds",
+        "jpeg",
+        """
         for _ in range(_Cameras().steps):
             env.step(np.zeros(2, np.float32))
         env.flush()
         print("ready", flush=True)
         time.sleep(600)
-        """
+        """,
     )
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
@@ -196,21 +205,16 @@ def test_workers_exit_when_the_recording_process_is_killed(tmp_path):
     finally:
         child.kill()
         child.wait()
-    # The episode flushed before the kill is on disk and loads after recovery.
+    # The episode flushed (and committed) before the kill loads.
     builder = tfds.builder_from_directory(str(tmp_path / "ds"))
     assert builder.info.splits["train"].num_examples == 1
 
 
 def test_ctrl_c_stops_the_loop_and_the_workers_still_encode_the_last_episodes(tmp_path):
-    script = textwrap.dedent(
-        f"""
-        import sys, time
-        import numpy as np
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
-        from test_image_processes import _Cameras
-        from rlds_writer import RecordRLDS
-        env = RecordRLDS(_Cameras(), {str(tmp_path / "ds")!r}, image_encoding="png")
-        env.reset(seed=0)
+    script = _child_recorder(
+        tmp_path / "ds",
+        "png",
+        """
         try:
             while True:
                 env.step(np.zeros(2, np.float32))
@@ -222,7 +226,7 @@ def test_ctrl_c_stops_the_loop_and_the_workers_still_encode_the_last_episodes(tm
         except KeyboardInterrupt:
             env.close()
             print("closed", flush=True)
-        """
+        """,
     )
     child = subprocess.Popen(
         [sys.executable, "-c", script],
