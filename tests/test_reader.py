@@ -548,7 +548,7 @@ def test_unsupported_feature_kinds_raise_not_implemented():
 
 
 def test_varints_decode_vectorised_like_protobuf():
-    from rlds_writer.store.encoding import encode_varints
+    from rlds_writer.store.field_encoding import encode_varints
 
     values = np.array(
         [0, 1, 127, 128, 300, 2**31, -1, -(2**63), 2**63 - 1, 16384, -300], dtype=np.int64
@@ -593,7 +593,7 @@ def test_shard_names_with_num_shards_template_like_tfds_builders(tmp_path):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50))
 def test_varint_decoding_matches_encoding_for_any_int64(values):
-    from rlds_writer.store.encoding import encode_varints
+    from rlds_writer.store.field_encoding import encode_varints
 
     arr = np.array(values, dtype=np.int64)
     data = np.frombuffer(encode_varints(arr), np.uint8)

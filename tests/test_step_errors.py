@@ -399,7 +399,7 @@ def test_scalar_casting_accepts_and_rejects_exactly_like_tfds(dtype):
     from tensorflow_datasets.rlds import rlds_base
 
     from rlds_writer.record import episode as steps
-    from rlds_writer.store import encoding
+    from rlds_writer.store import field_specs
 
     config = rlds_writer.DatasetConfig(name="cast", observation_info=dtype)
     identity = tfds.core.DatasetIdentity(
@@ -407,7 +407,7 @@ def test_scalar_casting_accepts_and_rejects_exactly_like_tfds(dtype):
     )
     features = rlds_base.build_info(config, identity).features
     feature = features["steps"]["observation"]
-    layout = steps.StepFields(encoding.compile_fields(features))
+    layout = steps.StepFields(field_specs.compile_fields(features))
     for name, value in _CAST_INPUTS.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -26,11 +26,11 @@ import numpy as np
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.values import describe
-from rlds_writer.store import encoding
+from rlds_writer.store import field_specs
 
 
 def build_appender(
-    node: Any, path: str, leaf_fn: Callable[[encoding.FieldSpec], Callable[[Any], None]]
+    node: Any, path: str, leaf_fn: Callable[[field_specs.FieldSpec], Callable[[Any], None]]
 ) -> Callable[[Any], None]:
     """Builds a function that checks a nested value and appends its leaves.
 

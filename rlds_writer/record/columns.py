@@ -17,8 +17,8 @@ import numpy as np
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.values import INT64_MAX, INT64_MIN, cast_value
-from rlds_writer.store import encoding
-from rlds_writer.store.episode_data import BufferPool
+from rlds_writer.store import field_specs
+from rlds_writer.store.episode_data import BufferPool, ChunkedRows, RowBytes
 
 
 def _fast_scalar_types(dtype: np.dtype) -> frozenset:
@@ -44,7 +44,7 @@ class _ScalarColumn:
 
     __slots__ = ("field", "dtype", "items", "_fast", "append")
 
-    def __init__(self, field: encoding.FieldSpec):
+    def __init__(self, field: field_specs.FieldSpec):
         self.field = field
         self.dtype = field.dtype
         self.items: list[Any] = []
@@ -122,7 +122,7 @@ class _ArrayColumn:
 
     __slots__ = ("field", "shape", "dtype", "rows", "append")
 
-    def __init__(self, field: encoding.FieldSpec):
+    def __init__(self, field: field_specs.FieldSpec):
         self.field = field
         self.shape = field.shape
         self.dtype = field.dtype
@@ -160,10 +160,10 @@ class _ArrayColumn:
     def reset(self) -> None:
         self.rows.clear()  # values() copied them; the appenders keep this list
 
-    def values(self) -> np.ndarray | encoding.RowBytes:
+    def values(self) -> np.ndarray | RowBytes:
         rows = self.rows
-        if self.field.kind == encoding.BYTES:
-            return encoding.RowBytes(list(rows), self.shape, self.dtype)
+        if self.field.kind == field_specs.BYTES:
+            return RowBytes(list(rows), self.shape, self.dtype)
         flat = np.frombuffer(b"".join(rows), dtype=self.dtype)
         return flat.reshape((len(rows),) + self.shape)
 
@@ -186,10 +186,10 @@ class _ListColumn(_ChecksItself):
 
     __slots__ = ("field", "items", "_is_text", "append")
 
-    def __init__(self, field: encoding.FieldSpec):
+    def __init__(self, field: field_specs.FieldSpec):
         self.field = field
         self.items: list[Any] = []
-        self._is_text = field.kind == encoding.TEXT
+        self._is_text = field.kind == field_specs.TEXT
         self.append = self._append
 
     @property
@@ -235,7 +235,7 @@ class LargeArrayColumn(_ChecksItself):
         "_row_bytes", "_flat",
     )  # fmt: skip
 
-    def __init__(self, field: encoding.FieldSpec, pool: BufferPool):
+    def __init__(self, field: field_specs.FieldSpec, pool: BufferPool):
         self.field = field
         self.shape = field.shape
         self.dtype = field.dtype
@@ -295,10 +295,10 @@ class LargeArrayColumn(_ChecksItself):
         self.pos = n - (keep - 1) * self.rows
         self.n = n
 
-    def values(self) -> np.ndarray | encoding.ChunkedRows:
+    def values(self) -> np.ndarray | ChunkedRows:
         if len(self.chunks) == 1:
             return self.cur[: self.n]
-        return encoding.ChunkedRows(list(self.chunks), self.n)
+        return ChunkedRows(list(self.chunks), self.n)
 
     def detach(self) -> list[tuple[str, np.ndarray]]:
         """Gives the chunks away (to the finished episode) and takes a fresh one."""
@@ -326,7 +326,7 @@ class _ImageColumn(LargeArrayColumn):
 
     __slots__ = ("others",)
 
-    def __init__(self, field: encoding.FieldSpec, pool: BufferPool):
+    def __init__(self, field: field_specs.FieldSpec, pool: BufferPool):
         super().__init__(field, pool)
         self.others: dict[int, Any] = {}
 
@@ -345,7 +345,7 @@ class _ImageColumn(LargeArrayColumn):
         super().truncate(n)
         self.others = {i: v for i, v in self.others.items() if i < self.n}
 
-    def values(self) -> np.ndarray | encoding.ChunkedRows | list[Any]:
+    def values(self) -> np.ndarray | ChunkedRows | list[Any]:
         rows = super().values()
         if not self.others:
             return rows
@@ -361,13 +361,13 @@ class _ImageColumn(LargeArrayColumn):
 
 
 def make_column(
-    field: encoding.FieldSpec, pool: BufferPool
+    field: field_specs.FieldSpec, pool: BufferPool
 ) -> _ArrayColumn | LargeArrayColumn | _ScalarColumn | _ListColumn:
-    if field.kind in (encoding.PNG, encoding.JPEG) and None not in field.shape:
+    if field.kind in (field_specs.PNG, field_specs.JPEG) and None not in field.shape:
         return _ImageColumn(field, pool)
-    if field.kind in (encoding.FLOAT, encoding.INT) and field.shape == ():
+    if field.kind in (field_specs.FLOAT, field_specs.INT) and field.shape == ():
         return _ScalarColumn(field)
-    if field.kind in (encoding.FLOAT, encoding.INT, encoding.BYTES, encoding.ZLIB):
+    if field.kind in (field_specs.FLOAT, field_specs.INT, field_specs.BYTES, field_specs.ZLIB):
         row_bytes = int(np.prod(field.shape, dtype=np.int64)) * field.dtype.itemsize
         if row_bytes >= _LARGE_ROW:
             return LargeArrayColumn(field, pool)

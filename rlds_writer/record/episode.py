@@ -24,7 +24,7 @@ from rlds_writer.errors import StepValueError
 from rlds_writer.record.appender import build_appender, compile_step_add
 from rlds_writer.record.columns import LargeArrayColumn, make_column, skip
 from rlds_writer.record.values import cast_value
-from rlds_writer.store import encoding
+from rlds_writer.store import field_specs
 from rlds_writer.store.episode_data import BufferPool, Episode
 from rlds_writer.store.layout import END_REASON
 
@@ -39,11 +39,11 @@ IS_LAST = "is_last"
 IS_TERMINAL = "is_terminal"
 _FLAGS = (IS_FIRST, IS_LAST, IS_TERMINAL)
 _TRANSITION = (ACTION, REWARD, DISCOUNT)
-_NUMERIC = (encoding.FLOAT, encoding.INT)
+_NUMERIC = (field_specs.FLOAT, field_specs.INT)
 
 
 def _tree(
-    fields: list[encoding.FieldSpec], depth: int, empty: Sequence[tuple[str, ...]] = ()
+    fields: list[field_specs.FieldSpec], depth: int, empty: Sequence[tuple[str, ...]] = ()
 ) -> dict[str, Any]:
     """Groups fields into a nested dict keyed by path components from `depth`.
 
@@ -80,32 +80,32 @@ class StepFields:
     Built once per dataset from the compiled fields; creates `EpisodeBuffer`s.
 
     Args:
-      fields: the fields compiled by `encoding.compile_fields`.
+      fields: the fields compiled by `field_specs.compile_fields`.
       buffers_in_flight: finished episodes that may wait for the writer at
         once; that many large-row buffers are kept for reuse.
-      empty_dicts: paths of empty `FeaturesDict`s (`encoding.empty_dict_paths`),
+      empty_dicts: paths of empty `FeaturesDict`s (`field_specs.empty_dict_paths`),
         whose value is `{}`.
     """
 
     def __init__(
         self,
-        fields: list[encoding.FieldSpec],
+        fields: list[field_specs.FieldSpec],
         buffers_in_flight: int = 6,
         empty_dicts: Sequence[tuple[str, ...]] = (),
     ):
         self.fields = fields
         step_fields = [f for f in fields if f.in_steps]
-        in_steps = [p for p in empty_dicts if p[0] == encoding.STEPS]
+        in_steps = [p for p in empty_dicts if p[0] == field_specs.STEPS]
         groups = _tree(step_fields, 1, in_steps)
         self.step_groups = groups
         self.metadata_keys = [k for k in groups if k not in (OBSERVATION, *_TRANSITION, *_FLAGS)]
         self.episode_tree = _tree(
             [f for f in fields if not f.in_steps],
             0,
-            [p for p in empty_dicts if p[0] != encoding.STEPS],
+            [p for p in empty_dicts if p[0] != field_specs.STEPS],
         )
         self.episode_fields = {f.key: f for f in fields if not f.in_steps}
-        self.flag_keys = {name: f"{encoding.STEPS}/{name}" for name in _FLAGS if name in groups}
+        self.flag_keys = {name: f"{field_specs.STEPS}/{name}" for name in _FLAGS if name in groups}
         # Scalar zeros as Python scalars: the columns take those without a cast.
         self.zeros = {
             f.key: f.zero().item() if f.shape == () and f.kind in _NUMERIC else f.zero()
@@ -150,13 +150,13 @@ class EpisodeBuffer:
         self._obs_columns: list[Any] = []
         self._transition_columns: list[Any] = []
 
-        def leaf(field: encoding.FieldSpec) -> Callable[[Any], None]:
+        def leaf(field: field_specs.FieldSpec) -> Callable[[Any], None]:
             column = make_column(field, layout.pool)
             self.columns[field.key] = column
             return column.append
 
         groups = layout.step_groups
-        prefix = encoding.STEPS
+        prefix = field_specs.STEPS
 
         def group(name: str, target: list[Any]) -> Callable[[Any], None] | None:
             if name not in groups:
@@ -251,7 +251,7 @@ class EpisodeBuffer:
     def _append_metadata(self, step_metadata: Any) -> None:
         if step_metadata is None:
             raise StepValueError(
-                f"{encoding.STEPS}/<step metadata>",
+                f"{field_specs.STEPS}/<step metadata>",
                 f"expected a dict with keys {sorted(self.layout.metadata_keys)}, got None",
             )
         self._meta(step_metadata)
@@ -259,7 +259,7 @@ class EpisodeBuffer:
     def _reject_metadata(self, step_metadata: Any) -> None:
         keys = sorted(step_metadata) if isinstance(step_metadata, Mapping) else step_metadata
         raise StepValueError(
-            f"{encoding.STEPS}/<step metadata>",
+            f"{field_specs.STEPS}/<step metadata>",
             f"the dataset declares no step metadata, got {keys!r:.80}",
         )
 
@@ -282,7 +282,7 @@ class EpisodeBuffer:
             metadata = {**metadata, END_REASON: ""}  # the recorder sets it at the episode's end
         values: dict[str, Any] = {}
 
-        def leaf(field: encoding.FieldSpec) -> Callable[[Any], None]:
+        def leaf(field: field_specs.FieldSpec) -> Callable[[Any], None]:
             def store(value: Any) -> None:
                 values[field.key] = cast_value(field, value)
 

@@ -42,7 +42,7 @@ from rlds_writer.errors import SpecError, StepValueError
 from rlds_writer.record import spaces as spaces_lib
 from rlds_writer.record.gymnasium import _action_caster
 from rlds_writer.record.recorder import Recorder
-from rlds_writer.store import encoding
+from rlds_writer.store import field_specs
 
 LAYOUTS = ("per_agent", "joint")
 MASKS = ("acted", "alive", "terminated", "truncated")
@@ -176,9 +176,9 @@ class JointRecording:
             **options,
         )
         self.directory = epath.Path(data_directory)
-        steps = self.recorder.writer.features[encoding.STEPS].feature
-        self.zero_obs = {k: encoding.zero_value(steps["observation"][k]) for k in self.keys}
-        self.zero_action = {k: encoding.zero_value(steps["action"][k]) for k in self.keys}
+        steps = self.recorder.writer.features[field_specs.STEPS].feature
+        self.zero_obs = {k: field_specs.zero_value(steps["observation"][k]) for k in self.keys}
+        self.zero_action = {k: field_specs.zero_value(steps["action"][k]) for k in self.keys}
         self.run_id = uuid.uuid4().hex[:12]
         self.env_episode_index = -1
         self._seed = -1

@@ -39,7 +39,7 @@ from rlds_writer.record.spaces import (
     DEFAULT_JPEG_QUALITY,
     feature_from_values,
 )
-from rlds_writer.store import encoding, layout
+from rlds_writer.store import field_specs, layout
 from rlds_writer.store.writer import DatasetWriter, check_mode, close_at_exit
 
 _log = logging.getLogger(__name__)
@@ -380,9 +380,9 @@ class Recorder:
             buffers_in_flight=self.writer.queue_size + 2,
             empty_dicts=self.writer.encoder.empty_dicts,
         )
-        steps_feature = self.writer.features[encoding.STEPS].feature
+        steps_feature = self.writer.features[field_specs.STEPS].feature
         self._zeros = {
-            key: encoding.zero_value(steps_feature[key])
+            key: field_specs.zero_value(steps_feature[key])
             for key in step_info
             if key in steps_feature
         }

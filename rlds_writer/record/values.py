@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import StepValueError
-from rlds_writer.store import encoding
+from rlds_writer.store import field_specs
 
 # A Python int is unbounded; int64 fields take this range.
 INT64_MIN = -(2**63)
@@ -44,7 +44,7 @@ def describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"[:80]
 
 
-def cast_value(field: encoding.FieldSpec, value: Any) -> Any:
+def cast_value(field: field_specs.FieldSpec, value: Any) -> Any:
     """Validates one value for a field and casts it the way TFDS would.
 
     Args:
@@ -61,7 +61,7 @@ def cast_value(field: encoding.FieldSpec, value: Any) -> Any:
     kind = field.kind
     if value is None:
         raise StepValueError(field.key, f"expected {field.describe()}, got None")
-    if kind == encoding.TEXT:
+    if kind == field_specs.TEXT:
         if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "SUO":
             value = value.item()
         if isinstance(value, bytes):
@@ -77,7 +77,7 @@ def cast_value(field: encoding.FieldSpec, value: Any) -> Any:
                     f"expected UTF-8 text, got {describe(value)} ({e.reason} at {e.start})",
                 ) from None
         raise StepValueError(field.key, f"expected {field.describe()}, got {describe(value)}")
-    if kind in (encoding.FALLBACK, encoding.PNG, encoding.JPEG):
+    if kind in (field_specs.FALLBACK, field_specs.PNG, field_specs.JPEG):
         return check_fallback(field, value)
     dtype = field.dtype
     if isinstance(value, np.ndarray):
@@ -102,7 +102,7 @@ def cast_value(field: encoding.FieldSpec, value: Any) -> Any:
     return arr
 
 
-def check_fallback(field: encoding.FieldSpec, value: Any) -> Any:
+def check_fallback(field: field_specs.FieldSpec, value: Any) -> Any:
     """Light check of a value for a feature that TFDS itself encodes."""
     if isinstance(value, np.ndarray):
         info = field.feature.get_tensor_info()

@@ -16,8 +16,83 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.store.encoding import RowBytes
 from rlds_writer.store.shared_frames import shared_empty
+
+
+class RowBytes:
+    """A per-step tensor column kept as one raw-bytes row per step.
+
+    Bytes-encoded tensors are stored exactly as these rows, so the encoder
+    writes them without stacking them into one array first.
+
+    Attributes:
+      rows: one `bytes` per step (C order, the field's dtype).
+      shape: the shape of one step's value.
+      dtype: the field's dtype.
+    """
+
+    __slots__ = ("rows", "shape", "dtype")
+
+    def __init__(self, rows: list[bytes], shape: tuple[int, ...], dtype: np.dtype):
+        self.rows = rows
+        self.shape = shape
+        self.dtype = dtype
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        flat = np.frombuffer(b"".join(self.rows), dtype=self.dtype)
+        arr = flat.reshape((len(self.rows),) + tuple(self.shape))
+        return arr if dtype is None else arr.astype(dtype)
+
+
+class ChunkedRows:
+    """A column of large rows kept in fixed-size chunks (the recorder grows by chunks).
+
+    Growing by chunks never copies rows already recorded, so no step stalls on
+    a reallocation; the encoder takes the rows chunk by chunk, and only
+    `__array__` (on the writer thread) joins them into one array.
+
+    Attributes:
+      chunks: arrays of shape `(rows, *shape)`; the last may be partly used.
+      n: number of rows.
+    """
+
+    __slots__ = ("chunks", "n")
+
+    def __init__(self, chunks: list[np.ndarray], n: int):
+        self.chunks = chunks
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def parts(self) -> list[np.ndarray]:
+        """The used part of each chunk, in order."""
+        out, left = [], self.n
+        for chunk in self.chunks:
+            if left <= 0:
+                break
+            out.append(chunk[:left])
+            left -= len(out[-1])
+        return out
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        i %= self.n
+        rows = len(self.chunks[0])
+        return self.chunks[i // rows][i % rows]
+
+    def __iter__(self) -> Any:
+        for part in self.parts():
+            yield from part
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        parts = self.parts()
+        arr = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return arr if dtype is None else arr.astype(dtype)
 
 
 class BufferPool:

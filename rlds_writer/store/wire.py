@@ -12,7 +12,7 @@ returns where each list's payload sits in the buffer; the payloads themselves
 are decoded with numpy: packed floats with `np.frombuffer`, packed varints with
 a vectorised decoder, and equal-length byte strings as one 2-D array.
 
-The writing side (`store.encoding`, and the image-encoding processes) takes
+The writing side (`store.field_encoding`, and the image-encoding processes) takes
 its varints and `BytesList` entries from here too.
 """
 

@@ -35,7 +35,7 @@ from rlds_writer.errors import (
     WriterClosedError,
     WriterFailedError,
 )
-from rlds_writer.store import encoding, layout, recovery, shards
+from rlds_writer.store import encoding, field_specs, layout, recovery, shards
 from rlds_writer.store.episode_data import Episode
 from rlds_writer.store.locking import DirectoryLock
 
@@ -219,7 +219,7 @@ class DatasetWriter:
         self.info = build_dataset_info(ds_config, self.name, version, self.path, self._metadata)
         self.features = self.info.features
         self.encoder = encoding.EpisodeEncoder(self.features, image_workers=image_workers)
-        encoding.warn_float64(self.encoder.fields)
+        field_specs.warn_float64(self.encoder.fields)
         self.queue_size = max(1, queue_size)
         self.max_queue_bytes = max_queue_bytes
 

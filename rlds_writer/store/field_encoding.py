@@ -1,0 +1,247 @@
+"""Protobuf wire encoding of one field's values, straight from numpy columns.
+
+Wire format reminder (tensorflow/core/example/{example,feature}.proto):
+`Example{1: Features{1: map<string, Feature>}}`, where a map entry is
+`{1: key, 2: value}` and `Feature` is one of `1: BytesList`, `2: FloatList`,
+`3: Int64List`, each a `repeated ... value = 1` (packed for numbers).
+
+Values are given as bytes-like parts, so that large columns reach the shard
+file without a copy.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from typing import Any
+
+import numpy as np
+
+from rlds_writer import errors
+from rlds_writer.store.episode_data import ChunkedRows, RowBytes
+from rlds_writer.store.field_specs import BYTES, FLOAT, INT, TEXT, ZLIB, FieldSpec
+from rlds_writer.store.wire import bytes_entries, bytes_entry_head, read_varint
+from rlds_writer.store.wire import varint as _varint
+
+# --------------------------------------------------------------------------
+# Protobuf wire primitives.
+
+
+_SHIFTS = np.arange(10, dtype=np.uint64) * np.uint64(7)
+_POSITIONS = np.arange(10)
+
+
+def encode_varints(values: np.ndarray) -> bytes:
+    """Encodes int64 values as concatenated protobuf varints, vectorised.
+
+    Negative values take 10 bytes (two's complement), as protobuf does.
+
+    Args:
+      values: an integer array (any shape); it is read as int64.
+
+    Returns:
+      The packed varint bytes.
+    """
+    if isinstance(values, np.ndarray) and values.dtype == np.bool_:
+        # 0 and 1 are one-byte varints: the bools' own bytes (tobytes is C order).
+        return values.tobytes()
+    u = np.ascontiguousarray(values, dtype=np.int64).reshape(-1).view(np.uint64)
+    if u.size == 0:
+        return b""
+    if int(u.max()) < 0x80:
+        return u.astype(np.uint8).tobytes()
+    groups = (u[:, None] >> _SHIFTS[None, :]) & np.uint64(0x7F)
+    nonzero = groups != 0
+    length = 10 - np.argmax(nonzero[:, ::-1], axis=1)
+    length[~nonzero.any(axis=1)] = 1
+    cont = _POSITIONS[None, :] < (length[:, None] - 1)
+    out = (groups | (cont.astype(np.uint64) << np.uint64(7))).astype(np.uint8)
+    return out[_POSITIONS[None, :] < length[:, None]].tobytes()
+
+
+def _len_delimited(tag: bytes, payload: bytes) -> bytes:
+    return tag + _varint(len(payload)) + payload
+
+
+def bytes_feature(items: list[bytes]) -> bytes:
+    """Returns serialized `Feature{bytes_list}` bytes for the items."""
+    inner = bytes_entries(items)
+    return _len_delimited(b"\x0a", inner)
+
+
+def bytes_list_of_entries(pieces: list[bytes]) -> tuple[list[Any], int]:
+    """`Feature{bytes_list}` around `BytesList` entries given in pieces: (parts, length)."""
+    inner = sum(map(len, pieces))
+    head = b"\x0a" + _varint(inner)
+    return [head, *pieces], len(head) + inner
+
+
+def bytes_list_parts(items: list[bytes]) -> tuple[list[Any], int]:
+    """`bytes_feature` as parts, without copying large items: (parts, total length)."""
+    if items and sum(map(len, items)) < _ROW_PARTS_MIN * len(items):
+        out = bytes_feature(items)
+        return [out], len(out)
+    pieces = []
+    for item in items:
+        pieces.append(bytes_entry_head(len(item)))
+        pieces.append(item)
+    return bytes_list_of_entries(pieces)
+
+
+def _read_only(arr: np.ndarray) -> np.ndarray:
+    """A read-only view: parts are hashed by CRC32C, which takes read-only buffers."""
+    view = arr.view()
+    view.setflags(write=False)
+    return view
+
+
+# Rows at least this large are written as separate parts (no interleave copy).
+_ROW_PARTS_MIN = 4096
+
+
+def _row_bytes_parts(rows: list[bytes]) -> tuple[list[Any], int]:
+    """`bytes_feature` of equal-length rows given as bytes, without copying them."""
+    if not rows:
+        out = _len_delimited(b"\x0a", b"")
+        return [out], len(out)
+    width = len(rows[0])
+    row_header = b"\x0a" + _varint(width)
+    inner_len = len(rows) * (len(row_header) + width)
+    head = b"\x0a" + _varint(inner_len)
+    if width < _ROW_PARTS_MIN:
+        body = row_header + row_header.join(rows)
+        return [head, body], len(head) + inner_len
+    parts: list[Any] = [head]
+    for row in rows:
+        parts.append(row_header)
+        parts.append(row)
+    return parts, len(head) + inner_len
+
+
+def _fixed_bytes_parts(rows: np.ndarray | ChunkedRows) -> tuple[list[Any], int]:
+    """`bytes_feature` for equal-length rows, as parts: (parts, total length)."""
+    if isinstance(rows, ChunkedRows):
+        chunks = rows.parts()
+        if len(chunks) > 1 and chunks[0][0].nbytes >= _ROW_PARTS_MIN:
+            return _row_bytes_parts([_read_only(r.reshape(-1).view(np.uint8)) for r in rows])
+        rows = np.asarray(rows)
+    n = rows.shape[0]
+    width = int(np.prod(rows.shape[1:], dtype=np.int64)) * rows.dtype.itemsize
+    if n == 0:
+        out = _len_delimited(b"\x0a", b"")
+        return [out], len(out)
+    row_header = b"\x0a" + _varint(width)
+    inner_len = n * (len(row_header) + width)
+    head = b"\x0a" + _varint(inner_len)
+    flat = np.ascontiguousarray(rows).reshape(n, -1).view(np.uint8)  # (n, width) bytes
+    if width >= _ROW_PARTS_MIN:
+        parts: list[Any] = [head]
+        rows_ro = _read_only(flat)
+        for i in range(n):
+            parts.append(row_header)
+            parts.append(rows_ro[i])
+        return parts, len(head) + inner_len
+    header = np.frombuffer(row_header, dtype=np.uint8)
+    out = np.empty((n, header.size + width), dtype=np.uint8)
+    out[:, : header.size] = header
+    out[:, header.size :] = flat
+    return [head, out.tobytes()], len(head) + inner_len
+
+
+@functools.lru_cache(maxsize=4096)
+def map_entry_header(key: bytes, feature_len: int) -> bytes:
+    """The bytes of a map entry that precede its `Feature` value.
+
+    Cached: with fixed-shape fields and recurring episode lengths, the same
+    (key, length) pairs come back episode after episode.
+    """
+    key_part = _len_delimited(b"\x0a", key)
+    value_head = b"\x12" + _varint(feature_len)
+    entry_len = len(key_part) + len(value_head) + feature_len
+    return b"\x0a" + _varint(entry_len) + key_part + value_head
+
+
+def example_entries(example_bytes: bytes) -> bytes:
+    """Strips the `Example` and `Features` headers, leaving the map entries."""
+    if not example_bytes:
+        return b""
+    if example_bytes[0] != 0x0A:
+        raise errors.EncodingError("unexpected tf.train.Example layout from TFDS serializer")
+    length, pos = read_varint(example_bytes, 1)
+    if pos + length != len(example_bytes):
+        raise errors.EncodingError("unexpected tf.train.Example layout from TFDS serializer")
+    return example_bytes[pos:]
+
+
+# --------------------------------------------------------------------------
+# Encoding one field.
+
+
+def _as_text_bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return value.encode("utf-8")
+
+
+@functools.lru_cache(maxsize=4096)
+def _packed_head(tag: bytes, payload_len: int) -> bytes:
+    """The bytes of `Feature{<tag>: List{packed}}` before a payload of `payload_len` bytes.
+
+    Cached like `map_entry_header`: a fixed-shape field's payload length
+    recurs with the episode length.
+    """
+    inner_head = b"\x0a" + _varint(payload_len)
+    return tag + _varint(len(inner_head) + payload_len) + inner_head
+
+
+def _packed_parts(tag: bytes, payload: Any, payload_len: int) -> tuple[list[Any], int]:
+    """Parts of `Feature{<tag>: List{packed payload}}`."""
+    if payload_len == 0:
+        out = tag + b"\x00"
+        return [out], len(out)
+    head = _packed_head(tag, payload_len)
+    return [head, payload], len(head) + payload_len
+
+
+def encode_field_parts(field: FieldSpec, values: Any) -> tuple[list[Any], int]:
+    """Encodes a column (per-step field) or a single value (episode field).
+
+    Args:
+      field: the field.
+      values: for a fast-path per-step field, an array with a leading step axis
+        of the field's dtype (a list of str/bytes for text); for an episode-level
+        field, one value already cast to the field's dtype.
+
+    Returns:
+      The serialized `Feature` (without the map entry around it) as a list of
+      bytes-like parts, and its total length.
+    """
+    kind = field.kind
+    if kind == FLOAT:
+        payload = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
+        return _packed_parts(b"\x12", _read_only(payload.view(np.uint8)), payload.nbytes)
+    if kind == INT:
+        arr = np.asarray(values)
+        if arr.dtype == np.uint64:
+            arr = arr.view(np.int64)
+        payload = encode_varints(arr)
+        return _packed_parts(b"\x1a", payload, len(payload))
+    if kind == BYTES and field.in_steps:
+        if isinstance(values, RowBytes):
+            return _row_bytes_parts(values.rows)
+        return _fixed_bytes_parts(np.asarray(values))
+    if kind == TEXT:
+        items = [_as_text_bytes(v) for v in values] if field.in_steps else [_as_text_bytes(values)]
+    elif kind == BYTES:
+        items = [np.asarray(values).tobytes()]
+    elif kind == ZLIB:
+        arr = np.asarray(values)
+        items = (
+            [zlib.compress(row.tobytes()) for row in arr]
+            if field.in_steps
+            else [zlib.compress(arr.tobytes())]
+        )
+    else:
+        raise errors.EncodingError(f"{field.key}: kind {kind} has no direct encoder")
+    out = bytes_feature(items)
+    return [out], len(out)

@@ -1,0 +1,343 @@
+"""The dataset's leaf fields: what each TFDS feature is stored as.
+
+A dataset's `FeaturesDict` is compiled once (`compile_fields`) into a list of
+`FieldSpec`s, one per leaf, each with the kind of encoding it gets: numeric
+`Tensor`s and scalars, `Tensor`s with `BYTES`/`ZLIB` encoding, `Text`, PNG
+and JPEG `Image`s are written by `store.field_encoding`; every other kind
+(class labels, ragged tensors, ...) goes through TFDS's own encoder
+(`FALLBACK`). Features TFDS would write but could not read back are refused
+here, before anything is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlds_writer import errors
+from rlds_writer.store.image_codecs import DEFAULT_JPEG_QUALITY
+
+_log = logging.getLogger(__name__)
+
+# Kinds of leaf fields.
+FLOAT = "float"  # Tensor of a float dtype, stored as float_list.
+INT = "int"  # Tensor of an integer or bool dtype, stored as int64_list.
+BYTES = "bytes"  # Tensor(encoding=BYTES): one bytes entry per value.
+ZLIB = "zlib"  # Tensor(encoding=ZLIB): zlib-compressed raw bytes per value.
+TEXT = "text"  # Text or string scalar: one utf-8 bytes entry per value.
+PNG = "png"  # Image(encoding_format="png"), uint8/uint16/float32: PNG-encoded by us.
+JPEG = "jpeg"  # Image(encoding_format="jpeg") of uint8: JPEG-encoded by us (Pillow).
+
+FALLBACK = "fallback"  # Anything else: TFDS's own encoder.
+
+STEPS = "steps"
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldSpec:
+    """One leaf of the dataset's features.
+
+    Attributes:
+      path: path of the leaf inside the episode, e.g. `('steps', 'observation')`.
+      key: the flat `tf.train.Example` key, e.g. `'steps/observation'`.
+      feature: the TFDS feature connector of the leaf.
+      kind: how it is encoded (one of the module-level kind constants).
+      in_steps: whether the leaf is a per-step field (under `steps`).
+      shape: the value shape of one step (or of the episode-level value).
+      dtype: the numpy dtype values are cast to (None for text and fallback).
+    """
+
+    path: tuple[str, ...]
+    key: str
+    feature: Any
+    kind: str
+    in_steps: bool
+    shape: tuple[int | None, ...]
+    dtype: np.dtype | None
+
+    @property
+    def name(self) -> str:
+        return self.key
+
+    def describe(self) -> str:
+        """Returns the expected value as text, e.g. `uint8[84,84,3]`."""
+        if self.kind == TEXT:
+            return "text (str or bytes)"
+        dtype = self.dtype if self.dtype is not None else _tensor_info_dtype(self.feature)
+        dims = ",".join("?" if d is None else str(d) for d in self.shape)
+        return f"{np.dtype(dtype).name}[{dims}]"
+
+    def zero(self) -> Any:
+        """Returns the zero value of the field: used for the final step's action."""
+        return zero_value(self.feature)
+
+
+def zero_value(feature: Any) -> Any:
+    """Returns a zero value for a TFDS feature, built from its spec.
+
+    Args:
+      feature: a TFDS feature connector (`FeaturesDict`, `Tensor`, `Text`, ...).
+
+    Returns:
+      A nested dict of numpy zeros of the feature's dtype and shape; an empty
+      string for text; unknown dimensions are given length 0.
+    """
+    import tensorflow_datasets as tfds
+
+    if isinstance(feature, tfds.features.FeaturesDict):
+        return {k: zero_value(v) for k, v in feature.items()}
+    if isinstance(feature, tfds.features.Text):
+        return ""
+    info = feature.get_tensor_info()
+    if isinstance(info, Mapping):
+        raise errors.SpecError(f"cannot build a zero value for feature {feature!r}")
+    shape = tuple(0 if d is None else d for d in info.shape)
+    dtype = info.np_dtype
+    if dtype == np.object_ or np.dtype(dtype).kind in "SUO":
+        if shape == ():
+            return b""
+        return np.full(shape, b"", dtype=object)
+    return np.zeros(shape, dtype=dtype)
+
+
+def _tensor_info_dtype(feature: Any) -> np.dtype:
+    info = feature.get_tensor_info()
+    if isinstance(info, Mapping):
+        return np.dtype(object)
+    return np.dtype(info.np_dtype)
+
+
+def compile_fields(features: Any) -> list[FieldSpec]:
+    """Compiles an RLDS `FeaturesDict` into its leaf fields.
+
+    Args:
+      features: the dataset's top-level `tfds.features.FeaturesDict` with a
+        `steps` `Dataset` feature.
+
+    Returns:
+      The leaf fields, per-step fields first, in the features' own order.
+
+    Raises:
+      SpecError: if the features have no `steps` dataset.
+    """
+    import tensorflow_datasets as tfds
+
+    if STEPS not in features or not isinstance(features[STEPS], tfds.features.Dataset):
+        raise errors.SpecError(
+            "RLDS features need a 'steps' tfds.features.Dataset at the top level, "
+            f"got keys {sorted(features.keys())}"
+        )
+    _check_readable(features)
+    fields: list[FieldSpec] = []
+    _walk(features[STEPS].feature, (STEPS,), True, fields)
+    for name, sub in features.items():
+        if name != STEPS:
+            _walk(sub, (name,), False, fields)
+    for field in fields:
+        _check_decodable(field)
+    return fields
+
+
+def empty_dict_paths(features: Any) -> list[tuple[str, ...]]:
+    """Paths of empty `FeaturesDict`s (such as OXE's `episode_metadata: {}`).
+
+    They have no leaf, so nothing is stored for them, but TFDS expects `{}`
+    in the example and gives `{}` back: recorders accept that value there.
+    """
+    import tensorflow_datasets as tfds
+
+    out: list[tuple[str, ...]] = []
+
+    def walk(feature: Any, path: tuple[str, ...]) -> None:
+        if isinstance(feature, tfds.features.FeaturesDict):
+            if not feature.keys():
+                out.append(path)
+            for name, sub in feature.items():
+                walk(sub, path + (name,))
+
+    for name, sub in features.items():
+        walk(sub.feature if name == STEPS else sub, (name,))
+    return out
+
+
+def _check_readable(features: Any) -> None:
+    """Refuses features that TFDS would write but `as_dataset` could not read back.
+
+    TFDS's reader (`example_parser`) handles at most one unknown dimension per
+    serialized tensor unless it is a nested (ragged) sequence; a per-step
+    `Tensor(shape=(None,))` becomes `(None, None)` inside `steps` and fails.
+    A per-step tensor with a zero-sized dimension becomes a
+    `FixedLenSequenceFeature` of empty elements, on which TensorFlow's parser
+    dies with SIGFPE. A fixed-length `Sequence` or an empty `FeaturesDict` per
+    step does not load either.
+    """
+    import tensorflow_datasets as tfds
+    from tensorflow_datasets.core import utils as tfds_utils
+
+    def per_step(feature: Any, path: str) -> None:
+        # A fixed-length Sequence inside `steps` decodes in TFDS 4.9 to a
+        # ragged tensor indexed with 'ragged_flat_values' and fails to load.
+        if isinstance(feature, tfds.features.Sequence) and feature._length is not None:
+            raise errors.SpecError(
+                f"{path}: TFDS cannot read back a Sequence(length={feature._length}) inside "
+                "steps; use Tensor(shape=(length, ...)) for a fixed length, or "
+                "Sequence(...) without length"
+            )
+        if isinstance(feature, tfds.features.FeaturesDict) and not feature.keys():
+            raise errors.SpecError(
+                f"{path}: TFDS cannot read back an empty FeaturesDict inside steps (it "
+                "mixes sequence and context features); drop it, or keep empty dicts in "
+                "episode metadata"
+            )
+        if isinstance(feature, tfds.features.FeaturesDict | tfds.features.Sequence):
+            children = (
+                feature.items()
+                if isinstance(feature, tfds.features.FeaturesDict)
+                else [("", feature.feature)]
+            )
+            for name, sub in children:
+                per_step(sub, f"{path}/{name}" if name else path)
+
+    per_step(features[STEPS].feature, STEPS)
+    flat = tfds_utils.flatten_nest_dict(features.get_serialized_info())
+    for key, info in flat.items():
+        shape = tuple(getattr(info, "shape", ()))
+        if shape.count(None) > 1 and getattr(info, "sequence_rank", 0) <= 1:
+            raise errors.SpecError(
+                f"{key}: TFDS cannot read back a tensor with more than one unknown "
+                f"dimension (serialized shape {shape}); a per-step Tensor with an unknown "
+                "dimension needs Tensor(..., encoding='zlib') or encoding='bytes'"
+            )
+        if shape.count(None) == 1 and 0 in shape:
+            raise errors.SpecError(
+                f"{key}: TFDS cannot read back a tensor with an unknown and a zero-sized "
+                f"dimension (serialized shape {shape}; TensorFlow's parser crashes on it); "
+                "drop the field or use Tensor(..., encoding='bytes')"
+            )
+
+
+def _check_decodable(field: FieldSpec) -> None:
+    """Refuses encoded tensors whose dtype TensorFlow's `decode_raw` lacks (uint32)."""
+    encoding = str(getattr(field.feature, "_encoding", "none")).lower()
+    if encoding.endswith("none"):
+        return
+    if _tensor_info_dtype(field.feature) == np.uint32:
+        raise errors.SpecError(
+            f"{field.key}: TFDS cannot read back a uint32 Tensor with encoding "
+            f"{encoding.split('.')[-1]!r} through as_dataset (tf.io.decode_raw has no uint32); "
+            "use encoding='none', or int64 / uint64"
+        )
+
+
+def _walk(feature: Any, path: tuple[str, ...], in_steps: bool, out: list[FieldSpec]) -> None:
+    import tensorflow_datasets as tfds
+
+    if isinstance(feature, tfds.features.FeaturesDict):
+        for name, sub in feature.items():
+            _walk(sub, path + (name,), in_steps, out)
+        return
+    kind, shape, dtype = _classify(feature)
+    out.append(
+        FieldSpec(
+            path=path,
+            key="/".join(path),
+            feature=feature,
+            kind=kind,
+            in_steps=in_steps,
+            shape=shape,
+            dtype=dtype,
+        )
+    )
+
+
+def _classify(feature: Any) -> tuple[str, tuple, np.dtype | None]:
+    """Returns (kind, shape, dtype) of a leaf feature."""
+    import tensorflow_datasets as tfds
+
+    if type(feature) is tfds.features.Text:
+        return TEXT, (), None
+    if type(feature) is tfds.features.Image and _png_compatible(feature):
+        return PNG, tuple(feature.shape), np.dtype(feature.np_dtype)
+    if type(feature) is tfds.features.Image and _jpeg_compatible(feature):
+        return JPEG, tuple(feature.shape), np.dtype(np.uint8)
+    if type(feature) in (tfds.features.Tensor, tfds.features.Scalar):
+        shape = tuple(feature.shape)
+        info = feature.get_tensor_info()
+        dtype = np.dtype(info.np_dtype)
+        serialized = feature.get_serialized_info()
+        simple = not isinstance(serialized, Mapping) and None not in shape and not info.optional
+        encoding = str(getattr(feature, "_encoding", "none")).lower()
+        if dtype.kind in "SUO":
+            if shape == () and simple and encoding.endswith("none"):
+                return TEXT, (), None
+            return FALLBACK, shape, None
+        if simple and dtype.kind in "biuf" and dtype.itemsize <= 8:
+            if encoding.endswith("bytes"):
+                return BYTES, shape, dtype
+            if encoding.endswith("zlib"):
+                return ZLIB, shape, dtype
+            if encoding.endswith("none") and tuple(serialized.shape) == shape:
+                return (FLOAT if dtype.kind == "f" else INT), shape, dtype
+    info = feature.get_tensor_info()
+    if isinstance(info, Mapping):
+        return FALLBACK, (), None
+    return FALLBACK, tuple(info.shape), None
+
+
+def _png_compatible(feature: Any) -> bool:
+    """PNG is lossless, so any encoder decodes to the same pixels as TFDS's."""
+    shape = tuple(feature.shape)
+    if feature.encoding_format != "png" or len(shape) != 3 or None in shape[-1:]:
+        return False
+    dtype = np.dtype(feature.np_dtype)
+    if dtype == np.float32:
+        return shape[-1] == 1  # TFDS bitcasts to 4 uint8 channels
+    return dtype in (np.uint8, np.uint16) and shape[-1] in (1, 2, 3, 4)
+
+
+def _jpeg_compatible(feature: Any) -> bool:
+    shape = tuple(feature.shape)
+    return (
+        feature.encoding_format == "jpeg"
+        and np.dtype(feature.np_dtype) == np.uint8
+        and len(shape) == 3
+        and shape[-1] in (1, 3)
+    )
+
+
+def shape_fits(shape: tuple[int, ...], spec: tuple[int | None, ...]) -> bool:
+    return len(shape) == len(spec) and all(d is None or d == s for s, d in zip(shape, spec))
+
+
+def jpeg_quality_of(feature: Any) -> int:
+    """The JPEG quality to encode a feature with.
+
+    TFDS's `Image` has no quality setting (it uses TensorFlow's default, 95);
+    `image_feature` in `record.spaces` stores the requested quality on the
+    feature object as `jpeg_quality`. It is not saved in `features.json`.
+    """
+    return int(getattr(feature, "jpeg_quality", DEFAULT_JPEG_QUALITY))
+
+
+def warn_float64(fields: list[FieldSpec]) -> list[str]:
+    """Logs one warning if float64 fields would be stored as float32.
+
+    Args:
+      fields: the compiled fields.
+
+    Returns:
+      The keys of the affected fields.
+    """
+    lossy = [f.key for f in fields if f.kind == FLOAT and f.dtype == np.float64]
+    if lossy:
+        _log.warning(
+            "float64 features %s are stored by TFDS as float32 (tf.train.Example has "
+            "no double list) and lose precision; use tfds.features.Tensor(..., "
+            "encoding='bytes') to keep all 64 bits.",
+            ", ".join(lossy),
+        )
+    return lossy
