@@ -72,6 +72,8 @@ class EnvLogger(dm_env.Environment):
         self._backend = backend
         self._step_fn = step_fn
         self._episode_fn = episode_fn
+        # No user function to call: the step is one call to the recorder.
+        self._plain = step_fn is None and episode_fn is None
         self._closed = False
         # Until the first reset: the backend's own call, which refuses a step
         # outside an episode with the advice to reset.
@@ -123,7 +125,7 @@ class EnvLogger(dm_env.Environment):
             self._begin(timestep)
             return timestep
         try:
-            if self._step_fn is None and self._episode_fn is None:
+            if self._plain:
                 self._add(action, timestep.reward, timestep.discount, timestep.observation)
             else:
                 self._add(

@@ -194,6 +194,11 @@ class EpisodeBuffer:
             compiled["step_metadata"] = meta_tree
         self.add = compile_step_add(compiled, self.columns, self, self._make_add())
         self.num_steps = 0
+        # For `finish`, which runs once per episode (per 100 steps in Catch):
+        # its loops without dict lookups or bound-method lookups.
+        self._zero_appends = [(self.columns[key], zero) for key, zero in layout.zeros.items()]
+        self._column_items = list(self.columns.items())
+        self._resets = [c.reset for c in self._other_columns]
 
     def start(self, observation: Any, step_metadata: Mapping[str, Any] | None = None) -> None:
         """Records step 0: the first observation and its step metadata."""
@@ -311,12 +316,11 @@ class EpisodeBuffer:
         if n == 0:
             raise RuntimeError("EpisodeBuffer.finish called on an empty episode")
         layout = self.layout
-        for key, zero in layout.zeros.items():
-            column = self.columns[key]
+        for column, zero in self._zero_appends:
             if column.n == n - 1:
                 column.append(zero)
         out: dict[str, Any] = {}
-        for key, column in self.columns.items():
+        for key, column in self._column_items:
             if column.n != n:
                 raise RuntimeError(f"internal: column {key} has {column.n} values for {n} steps")
             out[key] = column.values()
@@ -337,8 +341,8 @@ class EpisodeBuffer:
         buffers = []
         for column in self._large_columns:
             buffers.extend(column.detach())
-        for column in self._other_columns:
-            column.reset()
+        for reset in self._resets:
+            reset()
         self._episode_values = {}
         self.num_steps = 0
         return Episode(out, episode_values, n, buffers, layout.pool)

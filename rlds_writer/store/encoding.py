@@ -23,7 +23,7 @@ from rlds_writer.store.episode_data import ChunkedRows
 from rlds_writer.store.field_encoding import (
     bytes_list_of_entries,
     bytes_list_parts,
-    encode_field_parts,
+    entry_writer,
     example_entries,
     map_entry_header,
 )
@@ -60,7 +60,11 @@ class EpisodeEncoder:
         self.empty_dicts = empty_dict_paths(features)
         self.step_fields = [f for f in self.fields if f.in_steps]
         self.episode_fields = [f for f in self.fields if not f.in_steps]
-        self._keys = {f.key: f.key.encode("utf-8") for f in self.fields}
+        # Each field with the writer of its map entry; None for images and
+        # fallback fields, which this class encodes.
+        self._plan = [
+            (f, None if f.kind in (FALLBACK, PNG, JPEG) else entry_writer(f)) for f in self.fields
+        ]
         self._fallback = [f for f in self.fields if f.kind == FALLBACK]
         self._fallback_serializers: dict[str, Any] = {}
         self._pool = None
@@ -111,29 +115,42 @@ class EpisodeEncoder:
         """Like `encode`, as bytes-like parts (no large copies) and their total length."""
         entries: list[Any] = []
         total = 0
-        images = self._encode_images_in_processes(columns) if self._processes else {}
-        for field in self.fields:
-            values = columns[field.key] if field.in_steps else episode_values[field.key]
-            if field.kind == FALLBACK:
-                entry = self._encode_fallback(field, values)
-                entries.append(entry)
-                total += len(entry)
-                continue
-            try:
-                if field.key in images:
-                    feature_parts, feature_len = bytes_list_of_entries(images[field.key])
-                elif field.kind in (PNG, JPEG):
-                    feature_parts, feature_len = self._encode_image_field(field, values)
+        images = self._encode_images_in_processes(columns) if self._processes else None
+        field = None
+        try:
+            for field, write in self._plan:
+                values = columns[field.key] if field.in_steps else episode_values[field.key]
+                if write is None:
+                    total += self._write_other(field, values, images, entries)
                 else:
-                    feature_parts, feature_len = encode_field_parts(field, values)
-            except Exception as e:  # noqa: BLE001
-                raise errors.EncodingError(f"{field.key}: could not encode ({e})") from e
-            header = map_entry_header(self._keys[field.key], feature_len)
-            entries.append(header)
-            entries.extend(feature_parts)
-            total += len(header) + feature_len
+                    total += write(values, entries)
+        except errors.EncodingError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise errors.EncodingError(f"{field.key}: could not encode ({e})") from e
         head = b"\x0a" + _varint(total)
         return [head, *entries], len(head) + total
+
+    def _write_other(
+        self,
+        field: FieldSpec,
+        values: Any,
+        images: dict[str, list[bytes]] | None,
+        entries: list[Any],
+    ) -> int:
+        """Appends the map entry of an image or fallback field; returns its length."""
+        if field.kind == FALLBACK:
+            entry = self._encode_fallback(field, values)
+            entries.append(entry)
+            return len(entry)
+        if images and field.key in images:
+            feature_parts, feature_len = bytes_list_of_entries(images[field.key])
+        else:
+            feature_parts, feature_len = self._encode_image_field(field, values)
+        header = map_entry_header(field.key.encode("utf-8"), feature_len)
+        entries.append(header)
+        entries.extend(feature_parts)
+        return len(header) + feature_len
 
     def _encode_images_in_processes(self, columns: Mapping[str, Any]) -> dict[str, list[bytes]]:
         """Encodes the frame columns of every image field at once, in the worker processes.

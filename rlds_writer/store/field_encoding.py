@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -45,11 +46,14 @@ def encode_varints(values: np.ndarray) -> bytes:
     if isinstance(values, np.ndarray) and values.dtype == np.bool_:
         # 0 and 1 are one-byte varints: the bools' own bytes (tobytes is C order).
         return values.tobytes()
-    u = np.ascontiguousarray(values, dtype=np.int64).reshape(-1).view(np.uint64)
-    if u.size == 0:
-        return b""
-    if int(u.max()) < 0x80:
-        return u.astype(np.uint8).tobytes()
+    arr = np.ascontiguousarray(values, dtype=np.int64)
+    # Values in [0, 128) are one-byte varints: their low bytes, if those are
+    # ASCII and give the values back (cheaper than numpy's max on short columns).
+    low = arr.astype(np.uint8)
+    out = low.tobytes()
+    if out.isascii() and low.astype(np.int64).tobytes() == arr.tobytes():
+        return out
+    u = arr.reshape(-1).view(np.uint64)
     groups = (u[:, None] >> _SHIFTS[None, :]) & np.uint64(0x7F)
     nonzero = groups != 0
     length = 10 - np.argmax(nonzero[:, ::-1], axis=1)
@@ -89,7 +93,8 @@ def bytes_list_parts(items: list[bytes]) -> tuple[list[Any], int]:
 
 
 def _read_only(arr: np.ndarray) -> np.ndarray:
-    """A read-only view: parts are hashed by CRC32C, which takes read-only buffers."""
+    """A read-only view, for parts hashed by CRC32C (its C function takes
+    read-only buffers, `y#`)."""
     view = arr.view()
     view.setflags(write=False)
     return view
@@ -245,3 +250,80 @@ def encode_field_parts(field: FieldSpec, values: Any) -> tuple[list[Any], int]:
         raise errors.EncodingError(f"{field.key}: kind {kind} has no direct encoder")
     out = bytes_feature(items)
     return [out], len(out)
+
+
+# Entry heads kept per field, by payload length (episode lengths recur).
+_HEADS_KEPT = 256
+_F4 = np.dtype("<f4")
+_BOOL = np.dtype(np.bool_)
+_U64 = np.dtype(np.uint64)
+
+
+def entry_writer(field: FieldSpec) -> Callable[[Any, list[Any]], int]:
+    """The function that appends `field`'s whole map entry to an `Example`'s parts.
+
+    `write(values, parts)` appends the entry (key, `Feature` head and payload)
+    as bytes-like parts and returns their length. Numeric fields, which short
+    episodes consist of, take a lookup of their head by payload length and
+    their payload without a copy; other kinds go through `encode_field_parts`.
+
+    Args:
+      field: a field of a kind `encode_field_parts` writes (not PNG, JPEG or
+        fallback).
+    """
+    key = field.key.encode("utf-8")
+    if field.kind not in (FLOAT, INT):
+
+        def write_any(values: Any, parts: list[Any]) -> int:
+            feature_parts, feature_len = encode_field_parts(field, values)
+            head = map_entry_header(key, feature_len)
+            parts.append(head)
+            parts.extend(feature_parts)
+            return len(head) + feature_len
+
+        return write_any
+
+    tag = b"\x12" if field.kind == FLOAT else b"\x1a"
+    heads: dict[int, bytes] = {}
+
+    def head_of(payload_len: int) -> bytes:
+        if len(heads) >= _HEADS_KEPT:
+            heads.clear()
+        # An empty list is the tag and a zero length, as TFDS writes it.
+        feature = _packed_head(tag, payload_len) if payload_len else tag + b"\x00"
+        head = heads[payload_len] = map_entry_header(key, len(feature) + payload_len) + feature
+        return head
+
+    if field.kind == FLOAT:
+
+        def write_float(values: Any, parts: list[Any]) -> int:
+            if type(values) is np.ndarray and values.dtype is _F4 and values.flags.c_contiguous:
+                payload = values.reshape(-1).view(np.uint8)
+            else:
+                payload = np.ascontiguousarray(values, dtype=_F4).reshape(-1).view(np.uint8)
+            payload.setflags(write=False)  # our own view: see `_read_only`
+            n = len(payload)
+            head = heads.get(n) or head_of(n)
+            parts.append(head)
+            if n:
+                parts.append(payload)
+            return len(head) + n
+
+        return write_float
+
+    def write_int(values: Any, parts: list[Any]) -> int:
+        if type(values) is np.ndarray and values.dtype is _BOOL:
+            payload = values.tobytes()  # 0 and 1 are one-byte varints
+        elif type(values) is np.ndarray and values.dtype is not _U64:
+            payload = encode_varints(values)
+        else:
+            arr = np.asarray(values)
+            payload = encode_varints(arr.view(np.int64) if arr.dtype == np.uint64 else arr)
+        n = len(payload)
+        head = heads.get(n) or head_of(n)
+        parts.append(head)
+        if n:
+            parts.append(payload)
+        return len(head) + n
+
+    return write_int

@@ -351,17 +351,19 @@ class DatasetWriter:
         self._check()
         split = split or self.default_split
         size = episode.nbytes
+        # `not queue.queue` reads the deque without the queue's lock (`empty()`
+        # takes it); under the GIL the read is whole, and it is repeated below.
         if (
             self._inline
             and size < _INLINE_BELOW
-            and self._queue.empty()
+            and not self._queue.queue
             and self._io_lock.acquire(blocking=False)
         ):
             # The writer thread is idle and the episode is small: writing it
             # here costs less than handing it over (the two threads would trade
             # the GIL for every short episode). Order is kept: nothing is queued.
             try:
-                if self._queue.empty():
+                if not self._queue.queue:
                     self._write_inline(split, episode)
                     return
             finally:
