@@ -129,3 +129,37 @@ def test_missing_or_extra_step_metadata_is_refused_by_name(tmp_path):
         backend.end_episode(terminated=True)
     (episode,) = load_episodes(tmp_path / "ds")
     assert len(episode["steps"]) == 2
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize(
+    "rewards",
+    [
+        [0.1, np.float32(2.5), 3, -(2**62) + 1, np.float64(1e-46), float("nan"), 1 / 3],
+        [np.float32(2.5), 0.1, 3],  # the first value is not a Python float
+        [0.5, 1e39, 0.25],  # struct refuses the float32 overflow: numpy's inf
+    ],
+)
+def test_scalar_columns_of_python_numbers_store_what_numpy_casts_them_to(tmp_path, rewards):
+    """Scalar columns of Python numbers are packed with `struct`; they must hold
+    what numpy's cast gives, for mixed types and for values struct refuses."""
+    config = rlds_writer.DatasetConfig(
+        name="scalars",
+        observation_info=np.float32,
+        action_info=np.int64,
+        reward_info=np.float32,
+        discount_info=np.float64,
+    )
+    actions = [0, 2**62 + 1, -5, np.int64(7), 2**63 - 1, np.int32(-3), 1][: len(rewards)]
+    discounts = [1.0, 1 / 3, 2**60 + 1, np.float32(0.3), -0.0, 1e300, 0.5][: len(rewards)]
+    with rlds_writer.TFDSBackendWriter(tmp_path / "d", config) as backend:
+        backend.begin_episode(np.float32(0))
+        for t, (a, r, d) in enumerate(zip(actions, rewards, discounts)):
+            backend.add_step(a, r, d, np.float32(t))
+        backend.end_episode(terminated=True)
+    steps = load_episodes(tmp_path / "d")[0]["steps"][:-1]
+    np.testing.assert_array_equal([s["reward"] for s in steps], np.array(rewards, np.float32))
+    assert [int(s["action"]) for s in steps] == [int(a) for a in actions]
+    # TFDS stores float64 as float32 (tf.train.Example has no double list).
+    want = np.array(discounts, np.float64).astype(np.float32)
+    np.testing.assert_array_equal([s["discount"] for s in steps], want)

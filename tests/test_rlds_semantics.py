@@ -16,6 +16,7 @@ from dm_env import specs
 from helpers_core import assert_same, load_episodes
 
 import rlds_writer
+from rlds_writer.errors import WriterClosedError
 
 F32 = np.float32
 
@@ -386,3 +387,69 @@ def test_embedded_catch_env_records_terminated_and_truncated_episodes(tmp_path):
     assert_same(truncated["steps"][0]["observation"], terminated["steps"][0]["observation"])
     assert _column(terminated, "reward")[3] in (1.0, -1.0)
     assert _column(terminated, "observation").shape == (5, 5, 3)
+
+
+class _BadObservationAt(CountingEnv):
+    """A CountingEnv whose observation at one (episode, t) has the wrong shape."""
+
+    def __init__(self, episode: int, t: int, **kwargs):
+        super().__init__(**kwargs)
+        self.bad = (episode, t)
+
+    def _obs(self) -> np.ndarray:
+        if (self.episode, self.t) == self.bad:
+            return np.zeros(3, dtype=F32)
+        return super()._obs()
+
+
+def test_a_bad_value_mid_episode_ends_it_without_user_functions_too(tmp_path):
+    """A logger without step_fn/episode_fn steps through a per-episode closure;
+    it must cut the episode short at a refused value and stop recording it."""
+    env = _BadObservationAt(episode=0, t=2, length=4)
+    with _logger(tmp_path, env) as logged:
+        logged.reset()
+        logged.step(1)
+        with pytest.raises(rlds_writer.StepValueError, match="steps/observation.*cut short"):
+            logged.step(2)
+        timestep = logged.step(0)  # the env carries on: nothing recorded until reset
+        assert not timestep.last()
+        logged.step(1)  # the last step of episode 0: still nothing recorded
+        for a in (9, 1, 1, 1, 2):  # a restart (its action is not recorded), then episode 1
+            logged.step(a)
+    first, second = load_episodes(tmp_path)
+    assert_same(_column(first, "observation"), _obs(0, range(2)))
+    assert_same(_column(first, "action"), np.array([1, 0], dtype=np.int64))
+    assert _flags(first)[-1] == (False, True, False)  # cut short: not terminal
+    assert_same(_column(second, "observation"), _obs(1, range(5)))
+    assert_same(_column(second, "action"), np.array([1, 1, 1, 2, 0], dtype=np.int64))
+    assert _flags(second)[-1] == (False, True, True)
+
+
+def test_a_subclass_that_overrides_step_is_called_at_every_step(tmp_path):
+    calls = []
+
+    class CountingLogger(rlds_writer.EnvLogger):
+        def step(self, action):
+            calls.append(action)
+            return super().step(action)
+
+    backend = rlds_writer.TFDSBackendWriter(tmp_path, _config(), max_episodes_per_file=10)
+    with CountingLogger(CountingEnv(length=3), backend) as logged:
+        logged.reset()
+        for a in (1, 2, 0):
+            logged.step(a)
+    assert calls == [1, 2, 0]
+    (episode,) = load_episodes(tmp_path)
+    assert_same(_column(episode, "action"), np.array([1, 2, 0, 0], dtype=np.int64))
+
+
+def test_closing_mid_episode_ends_the_fast_step_path(tmp_path):
+    env = CountingEnv(length=10)
+    logged = _logger(tmp_path, env)
+    logged.reset()
+    logged.step(1)
+    logged.close()
+    with pytest.raises(WriterClosedError, match="closed"):
+        logged.step(1)
+    (episode,) = load_episodes(tmp_path)
+    assert len(episode["steps"]) == 2

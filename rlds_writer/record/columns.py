@@ -10,6 +10,8 @@ reuse their arrays.
 
 from __future__ import annotations
 
+import struct
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -39,10 +41,35 @@ def _fast_scalar_types(dtype: np.dtype) -> frozenset:
     return frozenset((dtype.type,))
 
 
+# Scalar dtypes whose columns of Python numbers `struct` packs, exactly as
+# numpy casts them (little-endian, as numpy's native order here is checked).
+_STRUCT_CODES = (
+    {np.dtype(np.float32): "f", np.dtype(np.float64): "d", np.dtype(np.int64): "q"}
+    if sys.byteorder == "little"
+    else {}
+)
+
+
+def _struct_packer(code: str) -> Callable[[list[Any]], bytes]:
+    """`pack(items)`: the items as packed `code` values, one `Struct` per length."""
+    structs: dict[int, struct.Struct] = {}
+
+    def pack(items: list[Any]) -> bytes:
+        n = len(items)
+        packer = structs.get(n)
+        if packer is None:
+            if len(structs) >= 64:  # episode lengths vary: keep the recent ones
+                structs.clear()
+            packer = structs[n] = struct.Struct(f"<{n}{code}")
+        return packer.pack(*items)
+
+    return pack
+
+
 class _ScalarColumn:
     """A scalar numeric field: a list of Python/numpy scalars, cast at episode end."""
 
-    __slots__ = ("field", "dtype", "items", "_fast", "append")
+    __slots__ = ("field", "dtype", "items", "_fast", "append", "_pack", "_packed_type")
 
     def __init__(self, field: field_specs.FieldSpec):
         self.field = field
@@ -50,6 +77,9 @@ class _ScalarColumn:
         self.items: list[Any] = []
         self._fast = _fast_scalar_types(self.dtype)
         self.append = self._make_append()
+        code = _STRUCT_CODES.get(self.dtype)
+        self._pack = _struct_packer(code) if code else None
+        self._packed_type = int if code == "q" else float
 
     def _make_append(self) -> Callable[[Any], None]:
         # A closure over locals: the per-step path does no attribute lookups.
@@ -94,8 +124,17 @@ class _ScalarColumn:
         self.items.clear()  # values() copied them; the appenders keep this list
 
     def values(self) -> np.ndarray:
+        items = self.items
+        pack = self._pack
+        if pack is not None and items and type(items[0]) is self._packed_type:
+            # struct converts a list of Python numbers about twice as fast as
+            # np.array; values it refuses (out of range) take numpy's way below.
+            try:
+                return np.frombuffer(pack(items), dtype=self.dtype)
+            except (struct.error, OverflowError, TypeError):
+                pass
         try:
-            return np.array(self.items, dtype=self.dtype)
+            return np.array(items, dtype=self.dtype)
         except OverflowError:
             for i, v in enumerate(self.items):
                 if type(v) is int and not INT64_MIN <= v <= INT64_MAX:

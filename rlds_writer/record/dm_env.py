@@ -6,6 +6,7 @@ It keeps envlogger's interface (`step_fn`, `episode_fn`, `metadata`, a
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ from rlds_writer.store import layout
 
 _FIRST = dm_env.StepType.FIRST
 _LAST = dm_env.StepType.LAST
+_MID = dm_env.StepType.MID
 
 StepFn = Callable[[dm_env.TimeStep, Any, dm_env.Environment], Any]
 
@@ -105,11 +107,44 @@ class EnvLogger(dm_env.Environment):
         self._backend.set_episode_metadata(meta)
 
     def _begin(self, timestep: dm_env.TimeStep) -> None:
-        self._add = self._backend.add_step
+        self._unbind()
         self._backend.begin_episode(timestep.observation, self._step_metadata(timestep, None))
         self._episode_metadata(timestep, None)
         # Bound to this episode: one call per step instead of three.
         self._add = self._backend.step_adder()
+        if self._plain and type(self).step is EnvLogger.step:
+            # The instance attribute shadows the method until the episode ends.
+            self.step = self._mid_episode_step(self._add)
+
+    def _unbind(self) -> None:
+        """Back to the checked per-step path: outside an episode, or after it ended."""
+        self._add = self._backend.add_step
+        self.__dict__.pop("step", None)
+
+    def _mid_episode_step(self, add: Callable[..., None]) -> Callable[[Any], dm_env.TimeStep]:
+        """`step` for an episode of a logger without user functions.
+
+        A closure over the env's `step` and the episode's adder: a mid-episode
+        step costs two calls and no attribute lookups on `self` (about 0.1 µs
+        of the ~1.5 µs recording adds to a step); other steps go to `_record`.
+        """
+        env_step = self._env.step
+        # Weakly: the logger holds this function, which must not keep it alive.
+        logger = weakref.ref(self)
+
+        def step(action: Any) -> dm_env.TimeStep:
+            timestep = env_step(action)
+            if timestep.step_type is not _MID:
+                return logger()._record(timestep, action)
+            try:
+                add(action, timestep.reward, timestep.discount, timestep.observation)
+            except StepValueError as e:
+                logger()._unbind()
+                raise logger()._backend.cut_short(e) from e
+            return timestep
+
+        step.__doc__ = EnvLogger.step.__doc__
+        return step
 
     def reset(self) -> dm_env.TimeStep:
         timestep = self._env.reset()
@@ -117,7 +152,10 @@ class EnvLogger(dm_env.Environment):
         return timestep
 
     def step(self, action: Any) -> dm_env.TimeStep:
-        timestep = self._env.step(action)
+        """Steps the env and records the transition (see `dm_env.Environment.step`)."""
+        return self._record(self._env.step(action), action)
+
+    def _record(self, timestep: dm_env.TimeStep, action: Any) -> dm_env.TimeStep:
         # Compare step types directly: TimeStep.first()/last() cost ~1 µs each.
         step_type = timestep.step_type
         if step_type == _FIRST:
@@ -138,7 +176,7 @@ class EnvLogger(dm_env.Environment):
                 self._episode_metadata(timestep, action)
         except StepValueError as e:
             # The env has moved on: never record the next step after a missing one.
-            self._add = self._backend.add_step
+            self._unbind()
             raise self._backend.cut_short(e) from e
         if step_type == _LAST:
             discount = timestep.discount
@@ -146,7 +184,7 @@ class EnvLogger(dm_env.Environment):
                 terminated = discount == 0.0
             else:
                 terminated = discount is not None and bool(np.all(np.asarray(discount) == 0))
-            self._add = self._backend.add_step
+            self._unbind()
             self._backend.end_episode(terminated=terminated)
         return timestep
 
@@ -171,7 +209,7 @@ class EnvLogger(dm_env.Environment):
         if self._closed:
             return
         self._closed = True
-        self._add = self._backend.add_step
+        self._unbind()
         try:
             self._backend.close()
         finally:
