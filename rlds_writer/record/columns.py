@@ -41,8 +41,8 @@ def _fast_scalar_types(dtype: np.dtype) -> frozenset:
     return frozenset((dtype.type,))
 
 
-# Scalar dtypes whose columns of Python numbers `struct` packs, exactly as
-# numpy casts them (little-endian, as numpy's native order here is checked).
+# Scalar dtypes whose columns of Python numbers `struct` packs to the bytes
+# numpy's cast gives (little-endian: only where that is numpy's native order).
 _STRUCT_CODES = (
     {np.dtype(np.float32): "f", np.dtype(np.float64): "d", np.dtype(np.int64): "q"}
     if sys.byteorder == "little"

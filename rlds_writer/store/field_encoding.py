@@ -296,29 +296,26 @@ def entry_writer(field: FieldSpec) -> Callable[[Any, list[Any]], int]:
 
     if field.kind == FLOAT:
 
-        def write_float(values: Any, parts: list[Any]) -> int:
+        def payload_of(values: Any) -> Any:
             if type(values) is np.ndarray and values.dtype is _F4 and values.flags.c_contiguous:
                 payload = values.reshape(-1).view(np.uint8)
             else:
                 payload = np.ascontiguousarray(values, dtype=_F4).reshape(-1).view(np.uint8)
             payload.setflags(write=False)  # our own view: see `_read_only`
-            n = len(payload)
-            head = heads.get(n) or head_of(n)
-            parts.append(head)
-            if n:
-                parts.append(payload)
-            return len(head) + n
+            return payload
 
-        return write_float
+    else:
 
-    def write_int(values: Any, parts: list[Any]) -> int:
-        if type(values) is np.ndarray and values.dtype is _BOOL:
-            payload = values.tobytes()  # 0 and 1 are one-byte varints
-        elif type(values) is np.ndarray and values.dtype is not _U64:
-            payload = encode_varints(values)
-        else:
+        def payload_of(values: Any) -> Any:
+            if type(values) is np.ndarray and values.dtype is _BOOL:
+                return values.tobytes()  # 0 and 1 are one-byte varints
+            if type(values) is np.ndarray and values.dtype is not _U64:
+                return encode_varints(values)
             arr = np.asarray(values)
-            payload = encode_varints(arr.view(np.int64) if arr.dtype == np.uint64 else arr)
+            return encode_varints(arr.view(np.int64) if arr.dtype == np.uint64 else arr)
+
+    def write_numbers(values: Any, parts: list[Any]) -> int:
+        payload = payload_of(values)
         n = len(payload)
         head = heads.get(n) or head_of(n)
         parts.append(head)
@@ -326,4 +323,4 @@ def entry_writer(field: FieldSpec) -> Callable[[Any, list[Any]], int]:
             parts.append(payload)
         return len(head) + n
 
-    return write_int
+    return write_numbers
