@@ -38,6 +38,9 @@ _IN_FLIGHT = 2
 # finish together, and when frames are large, to bound a slot's size.
 _MAX_BATCH = 32
 _SLOT_BYTES = 8 << 20
+# Room in the result socket for a whole batch: the worker writes it in one go
+# and starts its next task instead of waiting for this process to read.
+_RESULT_BUFFER = 4 << 20
 # A batch of frames takes milliseconds; a worker silent this long is stuck.
 _STALL_SECONDS = 120.0
 
@@ -74,6 +77,11 @@ class _Worker:
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         results_ours, results_theirs = socket.socketpair()
+        if _RESULT_BUFFER:
+            try:  # the system's limit (net.core.wmem_max) caps it
+                results_theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _RESULT_BUFFER)
+            except OSError:
+                pass
         env = dict(os.environ)
         # The worker imports this package from where this process found it: a
         # checkout on sys.path goes on its PYTHONPATH (site-packages does not,
