@@ -125,8 +125,8 @@ class EnvLogger(dm_env.Environment):
         """`step` for an episode of a logger without user functions.
 
         A closure over the env's `step` and the episode's adder: a mid-episode
-        step costs two calls and no attribute lookups on `self` (about 0.1 µs
-        of the ~1.5 µs recording adds to a step); other steps go to `_record`.
+        step costs two calls and no attribute lookups on `self` (0.16 µs of
+        the ~1.6 µs recording added to a Catch step); other steps go to `_record`.
         """
         env_step = self._env.step
         # Weakly: the logger holds this function, which must not keep it alive.

@@ -65,7 +65,6 @@ class EpisodeEncoder:
         self._plan = [
             (f, None if f.kind in (FALLBACK, PNG, JPEG) else entry_writer(f)) for f in self.fields
         ]
-        self._fallback = [f for f in self.fields if f.kind == FALLBACK]
         self._fallback_serializers: dict[str, Any] = {}
         self._pool = None
         self._processes: image_processes.ImageProcessPool | None = None

@@ -189,7 +189,7 @@ def _estimate_nbytes(columns: Mapping[str, Any]) -> int:
     """Approximate memory held by an episode's columns (for the writer's budget)."""
     total = 0
     for values in columns.values():
-        if type(values) is np.ndarray or isinstance(values, np.ndarray):
+        if isinstance(values, np.ndarray):
             total += values.nbytes
         elif isinstance(values, RowBytes):
             total += len(values.rows) * (len(values.rows[0]) if values.rows else 0)

@@ -188,49 +188,28 @@ def _as_text_bytes(value: Any) -> bytes:
     return value.encode("utf-8")
 
 
-@functools.lru_cache(maxsize=4096)
 def _packed_head(tag: bytes, payload_len: int) -> bytes:
-    """The bytes of `Feature{<tag>: List{packed}}` before a payload of `payload_len` bytes.
-
-    Cached like `map_entry_header`: a fixed-shape field's payload length
-    recurs with the episode length.
-    """
+    """The bytes of `Feature{<tag>: List{packed}}` before a payload of `payload_len` bytes."""
     inner_head = b"\x0a" + _varint(payload_len)
     return tag + _varint(len(inner_head) + payload_len) + inner_head
 
 
-def _packed_parts(tag: bytes, payload: Any, payload_len: int) -> tuple[list[Any], int]:
-    """Parts of `Feature{<tag>: List{packed payload}}`."""
-    if payload_len == 0:
-        out = tag + b"\x00"
-        return [out], len(out)
-    head = _packed_head(tag, payload_len)
-    return [head, payload], len(head) + payload_len
-
-
 def encode_field_parts(field: FieldSpec, values: Any) -> tuple[list[Any], int]:
-    """Encodes a column (per-step field) or a single value (episode field).
+    """Encodes a `BYTES`, `ZLIB` or `TEXT` column (per-step field) or value (episode field).
+
+    Numeric fields are written by `entry_writer`'s own path.
 
     Args:
       field: the field.
-      values: for a fast-path per-step field, an array with a leading step axis
-        of the field's dtype (a list of str/bytes for text); for an episode-level
-        field, one value already cast to the field's dtype.
+      values: for a per-step field, an array with a leading step axis of the
+        field's dtype (rows as `RowBytes`; a list of str/bytes for text); for
+        an episode-level field, one value already cast to the field's dtype.
 
     Returns:
       The serialized `Feature` (without the map entry around it) as a list of
       bytes-like parts, and its total length.
     """
     kind = field.kind
-    if kind == FLOAT:
-        payload = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
-        return _packed_parts(b"\x12", _read_only(payload.view(np.uint8)), payload.nbytes)
-    if kind == INT:
-        arr = np.asarray(values)
-        if arr.dtype == np.uint64:
-            arr = arr.view(np.int64)
-        payload = encode_varints(arr)
-        return _packed_parts(b"\x1a", payload, len(payload))
     if kind == BYTES and field.in_steps:
         if isinstance(values, RowBytes):
             return _row_bytes_parts(values.rows)
@@ -268,8 +247,8 @@ def entry_writer(field: FieldSpec) -> Callable[[Any, list[Any]], int]:
     their payload without a copy; other kinds go through `encode_field_parts`.
 
     Args:
-      field: a field of a kind `encode_field_parts` writes (not PNG, JPEG or
-        fallback).
+      field: a numeric, `BYTES`, `ZLIB` or `TEXT` field (PNG, JPEG and
+        fallback fields are `EpisodeEncoder`'s).
     """
     key = field.key.encode("utf-8")
     if field.kind not in (FLOAT, INT):
