@@ -295,3 +295,129 @@ def test_released_shared_slices_are_reused_not_grown():
     assert sorted(arena.locate(a) for a in again) == sorted(offsets[1:])
     assert os.fstat(arena.fd).st_size == size
     assert arena.locate(view) == offsets[0] + view[0].nbytes * 2
+
+
+def _in_process_entries(codec: str, frames: np.ndarray) -> bytes:
+    from rlds_writer.store.image_codecs import encode_jpeg, encode_png
+    from rlds_writer.store.wire import bytes_entries
+
+    encode = encode_png if codec == "png" else (lambda f: encode_jpeg(f, 95))
+    return bytes_entries([encode(f) for f in frames])
+
+
+def test_batches_queued_ahead_come_back_whole_and_a_failed_one_spoils_no_other():
+    rng = np.random.default_rng(1)
+    a, c, d = (rng.integers(0, 256, (n, 16, 16, 3), dtype=np.uint8) for n in (9, 5, 7))
+    pool = image_processes.ImageProcessPool(2)
+    try:
+        first = pool.submit([("png", 0, [a])])
+        bad = pool.submit([("jpeg", 95, [np.zeros((3, 8, 8, 2), np.uint8)])])
+        third = pool.submit([("jpeg", 95, [c])])
+        queued = []
+
+        def submit_d_once() -> bool:
+            queued.append(pool.submit([("png", 0, [d])]))
+            return True
+
+        assert b"".join(pool.wait(first, submit_d_once)[0]) == _in_process_entries("png", a)
+        assert len(queued) == 1  # asked once, then no more
+        with pytest.raises(image_processes.BatchFailed):
+            pool.wait(bad)
+        assert b"".join(pool.wait(third)[0]) == _in_process_entries("jpeg", c)
+        assert b"".join(pool.wait(queued[0])[0]) == _in_process_entries("png", d)
+    finally:
+        pool.close()
+
+
+def test_a_discarded_batch_is_not_encoded_further_and_never_reaches_a_later_one(monkeypatch):
+    rng = np.random.default_rng(2)
+    dropped, kept = (rng.integers(0, 256, (n, 16, 16, 3), dtype=np.uint8) for n in (40, 6))
+    sent = []
+    send = image_processes._Worker.send
+
+    def counted(worker, task, codec, quality, frames):
+        sent.append(len(frames))
+        send(worker, task, codec, quality, frames)
+
+    monkeypatch.setattr(image_processes._Worker, "send", counted)
+    pool = image_processes.ImageProcessPool(1)
+    try:
+        pool.discard(pool.submit([("png", 0, [dropped])]))
+        in_flight = sum(sent)
+        assert in_flight < len(dropped)  # the tasks not yet sent are dropped
+        assert b"".join(pool.wait(pool.submit([("png", 0, [kept])]))[0]) == (
+            _in_process_entries("png", kept)
+        )
+        assert sum(sent) == in_flight + len(kept)
+    finally:
+        pool.close()
+
+
+def _camera_features(encoding: str = "jpeg"):
+    camera = tfds.features.Image(shape=(24, 24, 3), encoding_format=encoding)
+    return tfds.features.FeaturesDict(
+        {"steps": tfds.features.Dataset({"observation": {"image": camera}})}
+    )
+
+
+def _camera_columns(seed: int, steps: int = 12) -> dict[str, np.ndarray]:
+    frames = shared_frames.shared_empty((steps, 24, 24, 3), np.uint8)
+    frames[:] = np.random.default_rng(seed).integers(0, 256, frames.shape, dtype=np.uint8)
+    return {"steps/observation/image": frames}
+
+
+def test_the_next_episode_is_encoded_ahead_and_its_bytes_are_the_same():
+    features = _camera_features()
+    first, second, third = (_camera_columns(seed) for seed in (0, 1, 2))
+    alone = EpisodeEncoder(features, image_workers=0)
+    pooled = EpisodeEncoder(features, image_workers=2)
+    try:
+        parts, _ = pooled.encode_parts(first, {}, upcoming=lambda: second)
+        assert b"".join(parts) == alone.encode(first, {})
+        assert pooled._ahead is not None and pooled._ahead[0] is second
+        assert pooled.encode(second, {}) == alone.encode(second, {})
+        # Queued ahead for an episode that is then not the next one: dropped.
+        pooled.encode_parts(third, {}, upcoming=lambda: first)
+        assert pooled.encode(second, {}) == alone.encode(second, {})
+        assert pooled._ahead is None and pooled._processes is not None
+    finally:
+        pooled.close()
+
+
+def test_the_writer_hands_the_queued_episode_to_the_workers_before_writing_the_current_one(
+    tmp_path,
+):
+    path = tmp_path / "ds"
+    env = RecordRLDS(_Cameras(), str(path), image_encoding="png", image_workers=2)
+    _run_episodes(env, 1, seed=0)
+    env.flush()  # the workers are started
+    writer = env._recording.writer.writer
+    pool = writer.encoder._processes
+    events = []
+    submit, wait = pool.submit, pool.wait
+
+    def logged_submit(jobs):
+        handle = submit(jobs)
+        events.append(("submit", handle))
+        return handle
+
+    def logged_wait(handle, between=None):
+        out = wait(handle, between)
+        events.append(("collected", handle))
+        return out
+
+    pool.submit, pool.wait = logged_submit, logged_wait
+    with writer._io_lock:  # the writer thread waits: the next episodes queue up
+        _run_episodes(env, 3)  # each ends at its last step: all three are queued
+    env.close()
+    # Each episode's frames went to the workers before the one before it was collected.
+    handles = [h for kind, h in events if kind == "submit"]
+    assert len(handles) == 3
+    for earlier, later in zip(handles, handles[1:]):
+        assert events.index(("submit", later)) < events.index(("collected", earlier))
+    episodes = load_episodes(path)
+    assert len(episodes) == 4
+    expected = np.stack(_wrist_frames())
+    for episode in episodes:
+        recorded = [step["observation"]["wrist_image"] for step in episode["steps"]]
+        np.testing.assert_array_equal(np.stack(recorded), expected)

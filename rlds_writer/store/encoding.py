@@ -12,7 +12,7 @@ encoder would have produced.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,8 @@ class EpisodeEncoder:
         self._fallback_serializers: dict[str, Any] = {}
         self._pool = None
         self._processes: image_processes.ImageProcessPool | None = None
+        # (columns, keys, handle) of the next episode's frames, queued in the workers.
+        self._ahead: tuple[Any, list[str], int] | None = None
         if (
             image_workers
             and any(f.in_steps and f.kind in (PNG, JPEG) for f in self.fields)
@@ -87,12 +89,18 @@ class EpisodeEncoder:
             )
 
     def close(self) -> None:
+        self._ahead = None
         if self._processes is not None:
             self._processes.close()
             self._processes = None
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+    @property
+    def works_ahead(self) -> bool:
+        """Whether `encode_parts` starts on the next episode's frames early (`upcoming`)."""
+        return self._processes is not None
 
     def encode(self, columns: Mapping[str, Any], episode_values: Mapping[str, Any]) -> bytes:
         """Encodes one episode.
@@ -109,12 +117,27 @@ class EpisodeEncoder:
         return b"".join(parts)
 
     def encode_parts(
-        self, columns: Mapping[str, Any], episode_values: Mapping[str, Any]
+        self,
+        columns: Mapping[str, Any],
+        episode_values: Mapping[str, Any],
+        upcoming: Callable[[], Mapping[str, Any] | None] | None = None,
     ) -> tuple[list[Any], int]:
-        """Like `encode`, as bytes-like parts (no large copies) and their total length."""
+        """Like `encode`, as bytes-like parts (no large copies) and their total length.
+
+        Args:
+          columns: as for `encode`.
+          episode_values: as for `encode`.
+          upcoming: returns the columns of the episode that will be encoded
+            next once it is finished, else None; asked while this episode's
+            frames are encoded, so the image workers go on with the next
+            one's while this one is written. Those columns must stay
+            unchanged until that episode is encoded.
+        """
         entries: list[Any] = []
         total = 0
-        images = self._encode_images_in_processes(columns) if self._processes else None
+        images = None
+        if self._processes is not None:
+            images = self._encode_images_in_processes(columns, upcoming)
         field = None
         try:
             for field, write in self._plan:
@@ -151,14 +174,10 @@ class EpisodeEncoder:
         entries.extend(feature_parts)
         return len(header) + feature_len
 
-    def _encode_images_in_processes(self, columns: Mapping[str, Any]) -> dict[str, list[bytes]]:
-        """Encodes the frame columns of every image field at once, in the worker processes.
+    def _image_jobs(self, columns: Mapping[str, Any]) -> tuple[list[str], list[tuple]]:
+        """The fields whose column is frames of the field's dtype and shape, and their jobs.
 
-        Returns:
-          Field key -> its frames as `BytesList` entries in pieces, for the
-          fields whose column is frames of the field's dtype and shape (others,
-          such as paths or encoded bytes, are left to `_encode_image_field`);
-          {} if the workers are lost.
+        Others, such as paths or encoded bytes, are left to `_encode_image_field`.
         """
         keys, jobs = [], []
         for field in self.step_fields:
@@ -176,15 +195,55 @@ class EpisodeEncoder:
             quality = jpeg_quality_of(field.feature) if field.kind == JPEG else 0
             keys.append(field.key)
             jobs.append((field.kind, quality, parts))
+        return keys, jobs
+
+    def _submit_images(self, columns: Mapping[str, Any]) -> tuple[Any, list[str], int] | None:
+        """Queues an episode's frames in the worker processes: (columns, keys, handle), or None."""
+        keys, jobs = self._image_jobs(columns)
         if not jobs:
-            return {}
+            return None
+        return columns, keys, self._processes.submit(jobs)
+
+    def _encode_images_in_processes(
+        self,
+        columns: Mapping[str, Any],
+        upcoming: Callable[[], Mapping[str, Any] | None] | None,
+    ) -> dict[str, list[bytes]]:
+        """Encodes the frame columns of every image field at once, in the worker processes.
+
+        Uses the batch queued by the previous call if it was for these
+        columns; while waiting, queues the next episode's frames as soon as
+        `upcoming` has them.
+
+        Returns:
+          Field key -> its frames as `BytesList` entries in pieces, for the
+          fields `_image_jobs` takes; {} if the workers are lost.
+        """
+        ahead, self._ahead = self._ahead, None
         try:
-            encoded = self._processes.encode(jobs)
-        except image_processes.BatchFailed as e:
-            raise errors.EncodingError(f"{keys[e.job]}: could not encode ({e})") from e
+            if ahead is not None and ahead[0] is not columns:
+                self._processes.discard(ahead[2])  # not the episode it was queued for
+                ahead = None
+            mine = ahead or self._submit_images(columns)
+
+            def look_ahead() -> bool:
+                following = upcoming() if upcoming is not None else None
+                if following is None or following is columns:
+                    return upcoming is None
+                self._ahead = self._submit_images(following)
+                return True
+
+            if mine is None:
+                return {}
+            _, keys, handle = mine
+            try:
+                encoded = self._processes.wait(handle, look_ahead)
+            except image_processes.BatchFailed as e:
+                raise errors.EncodingError(f"{keys[e.job]}: could not encode ({e})") from e
         except image_processes.WorkersLost as e:
             # The episode is not lost: encode it (and the next ones) here.
             _log.warning("%s; encoding images in the recording process from now on", e)
+            self._ahead = None
             self._processes.close()
             self._processes = None
             return {}

@@ -10,7 +10,7 @@ are first copied into a worker's slot in that file. Each batch comes back
 over a socket as ready `BytesList` entries, which are written as they are: the
 recording process does no work per frame.
 
-If a worker cannot start or dies, `encode` raises `WorkersLost`; the encoder
+If a worker cannot start or dies, `submit` or `wait` raises `WorkersLost`; the encoder
 then encodes in its own process from that episode on, so no episode is lost.
 """
 
@@ -24,7 +24,7 @@ import site
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -161,16 +161,37 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return data
 
 
+class _Batch:
+    """The frames of one `submit`: encoded pieces per job, and how many tasks are left."""
+
+    __slots__ = ("out", "left", "error")
+
+    def __init__(self, out: list[list[bytes]], left: int):
+        self.out = out
+        self.left = left
+        self.error: tuple[int, str] | None = None
+
+
 class ImageProcessPool:
     """Encodes PNG/JPEG frames in `workers` processes.
 
+    Work is submitted as batches (`submit`) and collected with `wait`; a batch
+    submitted while an earlier one is collected queues behind it, so the
+    workers go on with its frames while the caller writes the earlier one.
+
     Args:
-      workers: number of encoding processes (started on the first `encode`).
+      workers: number of encoding processes (started on the first `submit`).
     """
 
     def __init__(self, workers: int):
         self.workers = max(1, workers)
         self._pool: list[_Worker] = []
+        self._pending: collections.deque = collections.deque()  # (task, batch, ...)
+        self._running: dict[int, tuple[int, int, int]] = {}  # task -> (batch, job, piece)
+        self._batches: dict[int, _Batch] = {}
+        self._next_task = 0
+        self._next_batch = 0
+        self._selector: selectors.BaseSelector | None = None
 
     def _start(self) -> None:
         try:
@@ -179,34 +200,45 @@ class ImageProcessPool:
         except OSError as e:
             self.close()
             raise WorkersLost(f"image-encoding processes could not start ({e})") from e
+        self._selector = selectors.DefaultSelector()
+        for worker in self._pool:
+            self._selector.register(worker.results, selectors.EVENT_READ, worker)
 
     def close(self) -> None:
+        """Stops the workers; batches not yet collected are lost (`wait` raises)."""
         pool, self._pool = self._pool, []
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
         for worker in pool:
             worker.close()
+        self._pending.clear()
+        self._running.clear()
+        self._batches.clear()
 
     def encode(self, jobs: Sequence[tuple[str, int, Sequence[np.ndarray]]]) -> list[list[bytes]]:
-        """Encodes every frame of `jobs`.
+        """Encodes every frame of `jobs` and waits for them (`submit`, then `wait`)."""
+        return self.wait(self.submit(jobs))
+
+    def submit(self, jobs: Sequence[tuple[str, int, Sequence[np.ndarray]]]) -> int:
+        """Queues every frame of `jobs` for the workers; returns the batch's handle for `wait`.
 
         Args:
           jobs: `(codec, quality, parts)` per image field: codec `png` or
             `jpeg`, the JPEG quality, and the frames as arrays with a leading
             frame axis (in shared memory or not: others are copied there).
-
-        Returns:
-          Per job, the `BytesList` entries of its frames in order, in pieces
-          (`wire.bytes_entries` of consecutive batches).
+            The arrays must stay unchanged until the batch is collected.
 
         Raises:
-          WorkersLost: a worker could not start, died or stalled; the pool is
-            closed (nothing of these jobs is returned).
-          BatchFailed: a frame could not be encoded.
+          WorkersLost: the workers could not start or were lost.
         """
         if not self._pool:
             self._start()
+        handle = self._next_batch
+        self._next_batch += 1
         left = sum(len(part) for _, _, parts in jobs for part in parts)
-        tasks = []  # (job, piece, codec, quality, frames)
         out: list[list[bytes]] = []
+        tasks = 0
         for j, (codec, quality, parts) in enumerate(jobs):
             pieces = 0
             for part in parts:
@@ -215,58 +247,100 @@ class ImageProcessPool:
                 while i < len(part):
                     # Guided sizes: large batches (few wake-ups of this thread),
                     # small ones at the end (the workers finish together).
-                    batch = max(1, min(_MAX_BATCH, left // (2 * self.workers), _SLOT_BYTES // row))
-                    frames = part[i : i + batch]
-                    tasks.append((j, pieces, codec, quality, frames))
+                    size = max(1, min(_MAX_BATCH, left // (2 * self.workers), _SLOT_BYTES // row))
+                    frames = part[i : i + size]
+                    self._pending.append(
+                        (self._next_task, handle, j, pieces, codec, quality, frames)
+                    )
+                    self._next_task += 1
+                    tasks += 1
                     pieces += 1
                     i += len(frames)
                     left -= len(frames)
             out.append([b""] * pieces)
+        self._batches[handle] = _Batch(out, tasks)
+        self._guard(self._feed_all)
+        return handle
+
+    def wait(self, handle: int, between: Callable[[], bool] | None = None) -> list[list[bytes]]:
+        """The frames of a submitted batch, once every one is encoded.
+
+        Args:
+          handle: what `submit` returned.
+          between: called after each result until it returns True (it may
+            `submit` the next batch, so the workers do not wait for it).
+
+        Returns:
+          Per job, the `BytesList` entries of its frames in order, in pieces
+          (`wire.bytes_entries` of consecutive tasks).
+
+        Raises:
+          WorkersLost: a worker died or stalled (now or while an earlier batch
+            was collected); the pool is closed (nothing of its batches is
+            returned).
+          BatchFailed: a frame of this batch could not be encoded.
+        """
+        batch = self._batches.get(handle)
+        if batch is None:
+            raise WorkersLost("the image-encoding processes were lost before this batch was done")
+        while batch.left:
+            self._guard(self._collect)
+            if between is not None and between():
+                between = None
+        if between is not None:
+            between()
+        del self._batches[handle]
+        if batch.error is not None:
+            raise BatchFailed(*batch.error)
+        return batch.out
+
+    def discard(self, handle: int) -> None:
+        """Drops a submitted batch that will not be collected (its frames are not encoded)."""
+        if self._batches.pop(handle, None) is None:
+            return
+        kept = [t for t in self._pending if t[1] != handle]
+        self._pending.clear()
+        self._pending.extend(kept)
+
+    def _guard(self, step) -> None:
         try:
-            self._run(tasks, out)
+            step()
         except (OSError, EOFError) as e:
             codes = [w.process.poll() for w in self._pool]
             self.close()
             raise WorkersLost(
                 f"an image-encoding process was lost ({e!r}; exit codes {codes})"
             ) from e
-        return out
 
-    def _run(self, tasks: list, out: list[list[bytes]]) -> None:
-        pending = collections.deque(enumerate(tasks))
-        running: dict[int, tuple[int, int]] = {}
-        selector = selectors.DefaultSelector()
-        try:
-            for worker in self._pool:
-                selector.register(worker.results, selectors.EVENT_READ, worker)
-                worker.in_flight = 0
-            for worker in self._pool:
-                self._feed(worker, pending, running)
-            while running:
-                ready = selector.select(_STALL_SECONDS)
-                if not ready:
-                    raise OSError(f"no result for {_STALL_SECONDS:.0f} s")
-                for key, _ in ready:
-                    worker = key.data
-                    task, size, status = RESULT_HEADER.unpack(
-                        _recv_exact(worker.results, RESULT_HEADER.size)
-                    )
-                    payload = _recv_exact(worker.results, size)
-                    job, piece = running.pop(task)
-                    worker.in_flight -= 1
-                    if status == FAILED:
-                        raise BatchFailed(job, payload.decode("utf-8", "replace"))
-                    out[job][piece] = payload
-                    self._feed(worker, pending, running)
-        finally:
-            selector.close()
-            if running:
-                # A batch failed with tasks still queued: their answers would
-                # be read as the next episode's. Start afresh next time.
-                self.close()
+    def _collect(self) -> None:
+        """Reads the results that are ready (waiting for one) and feeds the workers."""
+        ready = self._selector.select(_STALL_SECONDS)
+        if not ready:
+            raise OSError(f"no result for {_STALL_SECONDS:.0f} s")
+        for key, _ in ready:
+            worker = key.data
+            task, size, status = RESULT_HEADER.unpack(
+                _recv_exact(worker.results, RESULT_HEADER.size)
+            )
+            payload = _recv_exact(worker.results, size)
+            handle, job, piece = self._running.pop(task)
+            worker.in_flight -= 1
+            batch = self._batches.get(handle)
+            if batch is not None:  # else discarded
+                batch.left -= 1
+                if status == FAILED:
+                    if batch.error is None:
+                        batch.error = (job, payload.decode("utf-8", "replace"))
+                else:
+                    batch.out[job][piece] = payload
+            self._feed(worker)
 
-    def _feed(self, worker: _Worker, pending: collections.deque, running: dict) -> None:
-        while pending and worker.in_flight < _IN_FLIGHT:
-            task, (job, piece, codec, quality, frames) = pending.popleft()
+    def _feed_all(self) -> None:
+        for worker in self._pool:
+            self._feed(worker)
+
+    def _feed(self, worker: _Worker) -> None:
+        while self._pending and worker.in_flight < _IN_FLIGHT:
+            task, handle, job, piece, codec, quality, frames = self._pending.popleft()
             worker.send(task, codec, quality, np.ascontiguousarray(frames))
-            running[task] = (job, piece)
+            self._running[task] = (handle, job, piece)

@@ -244,6 +244,7 @@ class DatasetWriter:
         self._budget = threading.Condition()
         self._queued_count = 0
         self._queued_bytes = 0
+        self._waiting: Episode | None = None  # an episode `write` is holding until admitted
         # Held by whichever thread touches the shards (the writer thread, or the
         # caller writing a small episode inline); fsync'ing writers never write
         # inline, so the env loop never waits on the disk.
@@ -369,15 +370,20 @@ class DatasetWriter:
             finally:
                 self._io_lock.release()
         with self._budget:
-            while self._queued_count and (
-                self._queued_count >= self.queue_size
-                or self._queued_bytes + size > self.max_queue_bytes
-            ):
-                self._budget.wait(0.2)
-                self._check()
-            self._queued_count += 1
-            self._queued_bytes += size
-        self._queue.put((split, episode))
+            # Seen by the writer thread, which starts on its frames early.
+            self._waiting = episode
+            try:
+                while self._queued_count and (
+                    self._queued_count >= self.queue_size
+                    or self._queued_bytes + size > self.max_queue_bytes
+                ):
+                    self._budget.wait(0.2)
+                    self._check()
+                self._queued_count += 1
+                self._queued_bytes += size
+                self._queue.put((split, episode))
+            finally:
+                self._waiting = None
 
     def _write_inline(self, split: str, episode: Episode) -> None:
         try:
@@ -510,8 +516,21 @@ class DatasetWriter:
             _log.error("rlds_writer thread for %s failed: %r", self.path, e)
             self._error = e
 
+    def _upcoming_columns(self) -> dict[str, Any] | None:
+        """The columns of the episode that will be written next, if it is already finished."""
+        with self._queue.mutex:
+            for kind, payload in self._queue.queue:
+                if kind not in (_FLUSH, _CLOSE):
+                    return payload.columns
+        waiting = self._waiting
+        return waiting.columns if waiting is not None else None
+
     def _write_episode(self, split: str, episode: Episode, commit: bool = True) -> None:
-        parts, length = self.encoder.encode_parts(episode.columns, episode.episode_values)
+        parts, length = self.encoder.encode_parts(
+            episode.columns,
+            episode.episode_values,
+            upcoming=self._upcoming_columns if self.encoder.works_ahead else None,
+        )
         state = self._splits.get(split)
         if state is None:
             state = self._splits[split] = _SplitState(split, [], 0)
