@@ -32,9 +32,8 @@ from rlds_writer import errors
 from rlds_writer.store import shared_frames
 from rlds_writer.store.image_worker import FAILED, RESULT_HEADER
 
-# Tasks queued per worker: the next batch is waiting when one finishes, and a
-# worker has tens of ms of work while the writer writes an episode, not reading.
-_IN_FLIGHT = 4
+# Tasks queued per worker: the next batch is waiting when one finishes.
+_IN_FLIGHT = 2
 # Frames per task at most; fewer toward the end of the frames, so both workers
 # finish together, and when frames are large, to bound a slot's size.
 _MAX_BATCH = 32
