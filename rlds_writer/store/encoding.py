@@ -97,11 +97,6 @@ class EpisodeEncoder:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    @property
-    def works_ahead(self) -> bool:
-        """Whether `encode_parts` starts on the next episode's frames early (`upcoming`)."""
-        return self._processes is not None
-
     def encode(self, columns: Mapping[str, Any], episode_values: Mapping[str, Any]) -> bytes:
         """Encodes one episode.
 
@@ -227,9 +222,9 @@ class EpisodeEncoder:
             mine = ahead or self._submit_images(columns)
 
             def look_ahead() -> bool:
-                following = upcoming() if upcoming is not None else None
+                following = upcoming()
                 if following is None or following is columns:
-                    return upcoming is None
+                    return False
                 self._ahead = self._submit_images(following)
                 return True
 
@@ -237,7 +232,7 @@ class EpisodeEncoder:
                 return {}
             _, keys, handle = mine
             try:
-                encoded = self._processes.wait(handle, look_ahead)
+                encoded = self._processes.wait(handle, look_ahead if upcoming else None)
             except image_processes.BatchFailed as e:
                 raise errors.EncodingError(f"{keys[e.job]}: could not encode ({e})") from e
         except image_processes.WorkersLost as e:

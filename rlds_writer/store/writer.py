@@ -529,7 +529,7 @@ class DatasetWriter:
         parts, length = self.encoder.encode_parts(
             episode.columns,
             episode.episode_values,
-            upcoming=self._upcoming_columns if self.encoder.works_ahead else None,
+            upcoming=self._upcoming_columns,
         )
         state = self._splits.get(split)
         if state is None:
