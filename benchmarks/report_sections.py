@@ -19,10 +19,24 @@ def add_report_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+TITLE = "# rlds_writer benchmark report"
+
+
 def write_section(path: str, heading: str, text: str) -> None:
     """Replaces the `heading` section of the report at `path` with `text` (or appends it)."""
-    old = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+    old = open(path, encoding="utf-8").read() if os.path.exists(path) else TITLE + "\n"
     pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
-    new = pattern.sub(text + "\n", old) if pattern.search(old) else old.rstrip() + "\n\n" + text
+    if pattern.search(old):
+        # A callable replacement: `text` is inserted as it is (no backslash escapes).
+        new = pattern.sub(lambda _: text.rstrip() + "\n\n", old, count=1)
+    else:
+        new = old.rstrip() + "\n\n" + text
     with open(path, "w", encoding="utf-8") as f:
-        f.write(new)
+        f.write(new.rstrip() + "\n")
+
+
+def write_sections(path: str, text: str) -> None:
+    """Writes every `## ` section of `text` into the report, keeping the report's others."""
+    for match in re.finditer(r"^## .*?(?=^## |\Z)", text, re.S | re.M):
+        section = match.group(0).rstrip()
+        write_section(path, section.splitlines()[0], section)

@@ -17,7 +17,8 @@ overhead time (the time recording adds to the loop), so it is comparable with
 the limit's bytes / write time. Peak RSS is measured in fresh subprocesses.
 
 Usage: `python benchmarks/run.py [--repetitions 5] [--quick] [--report [PATH]]`; the
-report is printed, and written to benchmarks/REPORT.md (or PATH) only with `--report`.
+report is printed, and with `--report` its sections (write path, memory, targets, reading)
+replace the same sections of benchmarks/REPORT.md (or PATH), leaving the others.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 import dm_env  # noqa: E402
 import numpy as np  # noqa: E402
 from dm_env import specs  # noqa: E402
+from report_sections import write_sections  # noqa: E402
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -494,7 +496,7 @@ def _report(
     read_section: str | None,
 ) -> str:
     lines = [
-        "# rlds_writer benchmark report",
+        "## Write path",
         "",
         f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by "
         f"`{command}`.",
@@ -506,8 +508,6 @@ def _report(
         "reported separately as *setup*). *MB/s* is record bytes "
         "divided by that added time; the limit is `tf.io.TFRecordWriter` (and a plain file "
         "write) of the same, already serialized records.",
-        "",
-        "## Write path",
         "",
         "| case | steps | bare µs/step | ours µs/step | baseline µs/step | baseline/ours "
         "| ours MB/s | baseline MB/s | limit TFRecordWriter MB/s | plain write MB/s "
@@ -687,8 +687,8 @@ def main() -> None:
     command = "python benchmarks/run.py " + " ".join(sys.argv[1:])
     report = _report(results, rss, args.repetitions, _machine(), command.strip(), read_section)
     if args.report:
-        with open(args.report, "w") as f:
-            f.write(report)
+        # Only the sections this run measured are replaced; the other benchmarks' stay.
+        write_sections(args.report, report)
     print(report)
 
 
