@@ -199,7 +199,10 @@ def encoder_alone(
         for t in range(steps):
             column[t] = frames[(t + lag) % 16]
         columns[f"steps/observation/{name}"] = column
-    encoders = {w: EpisodeEncoder(features, image_workers=w) for w in workers}
+    # The pool itself: its processes from the first episode on.
+    encoders = {
+        w: EpisodeEncoder(features, image_workers=w, start_workers_behind=0) for w in workers
+    }
     best = dict.fromkeys(workers, float("inf"))
     try:
         for encoder in encoders.values():

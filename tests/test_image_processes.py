@@ -25,7 +25,7 @@ from helpers_core import load_episodes
 
 from rlds_writer import RecordRLDS
 from rlds_writer.errors import EncodingError
-from rlds_writer.store import image_processes, shared_frames
+from rlds_writer.store import encoding, image_processes, shared_frames
 from rlds_writer.store.encoding import EpisodeEncoder
 
 pytestmark = pytest.mark.skipif(
@@ -59,6 +59,12 @@ class _Cameras(gym.Env):
     def step(self, action):
         self.t += 1
         return self._obs(), 0.0, False, self.t >= self.steps, {}
+
+
+@pytest.fixture(autouse=True)
+def _workers_from_the_first_image_episode(monkeypatch):
+    """These tests are about the processes: start them at once, not when the writer falls behind."""
+    monkeypatch.setattr(encoding, "START_WORKERS_BEHIND_SECONDS", 0.0)
 
 
 def _worker_pids(parent: int) -> list[int]:
@@ -107,6 +113,8 @@ import numpy as np
 sys.path.insert(0, {os.path.dirname(__file__)!r})
 from test_image_processes import _Cameras
 from rlds_writer import RecordRLDS
+from rlds_writer.store import encoding
+encoding.START_WORKERS_BEHIND_SECONDS = 0.0  # the processes from the first episode
 env = RecordRLDS(_Cameras(), {str(path)!r}, image_encoding={encoding!r})
 env.reset(seed=0)
 """

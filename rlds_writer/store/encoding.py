@@ -12,6 +12,8 @@ encoder would have produced.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,19 +44,44 @@ from rlds_writer.store.wire import varint as _varint
 
 _log = logging.getLogger(__name__)
 
+# Seconds of image encoding the writer must have fallen behind by (episodes
+# waiting while it encodes, priced at the measured cost per frame) before the
+# worker processes start: about what starting them costs. A recording that
+# keeps up on one thread, or ends first, never pays for them.
+START_WORKERS_BEHIND_SECONDS = 0.5
+# ... and the CPU one frame costs here, at least: handing a frame to a process
+# costs about 0.2 ms of CPU (shared memory, sockets, the worker's wake-ups),
+# so 256x256 JPEG frames (~0.3 ms) stay cheapest on one thread, while PNG
+# frames of that size (several ms) pay for it (benchmarks/REPORT.md).
+START_WORKERS_FRAME_SECONDS = 1e-3
+
 
 class EpisodeEncoder:
     """Turns finished episodes into serialized `tf.train.Example` bytes.
 
+    PNG/JPEG frames are encoded on the calling thread (the writer's: the
+    cheapest in CPU, and the env thread does not wait for it) until the
+    writer falls behind by more image work than starting worker processes
+    costs (`START_WORKERS_BEHIND_SECONDS`), with frames costly enough that
+    handing them over pays (`START_WORKERS_FRAME_SECONDS`); then up to
+    `image_workers` processes start, in the background, and encode from the
+    first episode after they are up.
+
     Args:
       features: the dataset's `tfds.features.FeaturesDict` (RLDS layout).
-      image_workers: PNG/JPEG frames are encoded in this many processes (on
-        Linux; elsewhere, or if a process is lost, in this many threads), and
-        other TFDS-encoded fields in this many threads; 0 encodes everything
-        on the calling thread.
+      image_workers: PNG/JPEG frames are encoded in up to this many processes
+        when the calling thread cannot keep up (on Linux; elsewhere, or if a
+        process is lost, in this many threads), and other TFDS-encoded fields
+        in this many threads; 0 encodes everything on the calling thread.
+      start_workers_behind: seconds of image work the writer must be behind
+        before the processes start (default `START_WORKERS_BEHIND_SECONDS`,
+        read when the encoder is made); 0 uses them from the first image
+        episode on.
     """
 
-    def __init__(self, features: Any, image_workers: int = 0):
+    def __init__(
+        self, features: Any, image_workers: int = 0, start_workers_behind: float | None = None
+    ):
         self.features = features
         self.fields = compile_fields(features)
         self.empty_dicts = empty_dict_paths(features)
@@ -76,6 +103,17 @@ class EpisodeEncoder:
             and image_processes.supported()
         ):
             self._processes = image_processes.ImageProcessPool(image_workers)
+        # Set once the processes answer; until then frames are encoded here.
+        self._workers_up = threading.Event()
+        self._starter: threading.Thread | None = None
+        if start_workers_behind is None:
+            start_workers_behind = START_WORKERS_BEHIND_SECONDS
+        self._start_after = start_workers_behind
+        if self._processes is not None and start_workers_behind <= 0:
+            self._workers_up.set()  # `submit` starts them at the first image episode
+        # Measured seconds per frame encoded here, and how far behind the writer is.
+        self._frame_seconds = 0.0
+        self._behind_seconds = 0.0
         if image_workers and any(
             f.in_steps and f.kind in (FALLBACK, PNG, JPEG) for f in self.fields
         ):
@@ -90,6 +128,9 @@ class EpisodeEncoder:
 
     def close(self) -> None:
         self._ahead = None
+        if self._starter is not None:
+            self._starter.join()  # a start under way ends before the pool closes
+            self._starter = None
         if self._processes is not None:
             self._processes.close()
             self._processes = None
@@ -132,7 +173,11 @@ class EpisodeEncoder:
         total = 0
         images = None
         if self._processes is not None:
-            images = self._encode_images_in_processes(columns, upcoming)
+            if self._workers_up.is_set():
+                images = self._encode_images_in_processes(columns, upcoming)
+            else:
+                self._start_workers_if_behind(upcoming)
+        started = time.thread_time()
         field = None
         try:
             for field, write in self._plan:
@@ -145,8 +190,58 @@ class EpisodeEncoder:
             raise
         except Exception as e:  # noqa: BLE001
             raise errors.EncodingError(f"{field.key}: could not encode ({e})") from e
+        if images is None and self._processes is not None:
+            frames = self._frames_in(columns)
+            if frames:
+                per_frame = (time.thread_time() - started) / frames
+                self._frame_seconds = (
+                    per_frame
+                    if not self._frame_seconds
+                    else (0.8 * self._frame_seconds + 0.2 * per_frame)
+                )
         head = b"\x0a" + _varint(total)
         return [head, *entries], len(head) + total
+
+    def _frames_in(self, columns: Mapping[str, Any]) -> int:
+        """How many PNG/JPEG frames an episode's columns hold."""
+        return sum(len(columns[f.key]) for f in self.step_fields if f.kind in (PNG, JPEG))
+
+    def _start_workers_if_behind(
+        self, upcoming: Callable[[], Mapping[str, Any] | None] | None
+    ) -> None:
+        """Starts the worker processes once the writer has fallen far enough behind.
+
+        Behind means: an episode is already finished and waiting while this
+        one is encoded. Its frames, priced at the measured cost per frame,
+        add to how far behind the writer is; an episode with nothing waiting
+        starts the count again.
+        """
+        if self._starter is not None:
+            return
+        following = upcoming() if upcoming is not None else None
+        if following is None:
+            self._behind_seconds = 0.0
+            return
+        if self._frame_seconds < START_WORKERS_FRAME_SECONDS:
+            return
+        self._behind_seconds += self._frames_in(following) * self._frame_seconds
+        if self._behind_seconds < self._start_after:
+            return
+        self._starter = threading.Thread(
+            target=self._start_workers, name="rlds_writer_start_workers", daemon=True
+        )
+        self._starter.start()
+
+    def _start_workers(self) -> None:
+        """Starts the processes and waits for their first answer (on its own thread)."""
+        try:
+            # One tiny frame per task, two tasks per worker: every worker answers.
+            warm_up = np.zeros((2 * self._processes.workers, 2, 2, 3), np.uint8)
+            self._processes.encode([("png", 0, [warm_up])])
+        except image_processes.WorkersLost as e:
+            _log.warning("%s; encoding images in the recording process", e)
+            return
+        self._workers_up.set()
 
     def _write_other(
         self,
@@ -264,7 +359,9 @@ class EpisodeEncoder:
             return field.feature.encode_example(value)  # a path, file or encoded bytes
 
         items = values if field.in_steps else [values]
-        if self._pool is not None and len(items) > 1:
+        # With worker processes available, frames not sent to them are encoded
+        # on this one thread (a thread pool costs more CPU for the same frames).
+        if self._pool is not None and self._processes is None and len(items) > 1:
             # Batches, not one task per image: a task's hand-over holds the GIL
             # for about as long as encoding a small image takes without it.
             rows = list(items)

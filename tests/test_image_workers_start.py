@@ -1,0 +1,99 @@
+"""Image worker processes start only when the encoding needs them.
+
+A recording whose writer keeps up, or that ends first, encodes its frames on
+the writer's thread and never starts a process (no fixed cost, nothing for
+`close()` to wait for). A writer that falls behind on costly frames starts
+the processes in the background and hands them the episodes that follow;
+the bytes are those of the single-threaded encoder either way.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from helpers_core import load_episodes
+from test_image_processes import _Cameras, _run_episodes, _shard_bytes, _worker_pids
+
+from rlds_writer import RecordRLDS
+from rlds_writer.store import encoding, image_processes
+
+pytestmark = pytest.mark.skipif(
+    not image_processes.supported(), reason="image processes need Linux (memfd)"
+)
+
+
+def _recorder(path, image_workers: int = 2) -> RecordRLDS:
+    return RecordRLDS(_Cameras(), str(path), image_encoding="png", image_workers=image_workers)
+
+
+def test_a_recording_that_keeps_up_never_starts_a_worker_process(tmp_path):
+    env = _recorder(tmp_path / "ds")
+    for _ in range(3):
+        _run_episodes(env, 1, seed=0)
+        env.flush()  # the writer is idle again: never behind
+        assert _worker_pids(os.getpid()) == []
+    encoder = env._recording.writer.writer.encoder
+    env.close()
+    assert encoder._starter is None and not encoder._workers_up.is_set()
+    reference = _recorder(tmp_path / "alone", image_workers=0)
+    for _ in range(3):
+        _run_episodes(reference, 1, seed=0)
+    reference.close()
+    assert _shard_bytes(tmp_path / "ds") == _shard_bytes(tmp_path / "alone")
+
+
+def _fall_behind(env) -> None:
+    """Records four episodes while the writer thread is held: they queue up behind it."""
+    _run_episodes(env, 1, seed=0)
+    env.flush()
+    writer = env._recording.writer.writer
+    with writer._io_lock:
+        _run_episodes(env, 4)
+
+
+def test_a_writer_behind_on_costly_frames_starts_the_workers_and_keeps_the_bytes(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(encoding, "START_WORKERS_BEHIND_SECONDS", 1e-9)
+    monkeypatch.setattr(encoding, "START_WORKERS_FRAME_SECONDS", 0.0)
+    env = _recorder(tmp_path / "ds")
+    encoder = env._recording.writer.writer.encoder
+    _fall_behind(env)
+    env.flush()
+    assert encoder._starter is not None
+    encoder._starter.join(timeout=60)
+    assert encoder._workers_up.is_set() and len(_worker_pids(os.getpid())) == 2
+    submitted = []
+    submit = encoder._processes.submit
+    encoder._processes.submit = lambda jobs: submitted.append(jobs) or submit(jobs)
+    _run_episodes(env, 2)  # after the workers are up: encoded there
+    env.close()
+    assert len(submitted) == 2
+    assert _worker_pids(os.getpid()) == []
+    reference = _recorder(tmp_path / "alone", image_workers=0)
+    _run_episodes(reference, 7, seed=0)
+    reference.close()
+    assert _shard_bytes(tmp_path / "ds") == _shard_bytes(tmp_path / "alone")
+
+
+def test_frames_cheaper_than_handing_them_over_stay_on_the_writer_thread(tmp_path, monkeypatch):
+    monkeypatch.setattr(encoding, "START_WORKERS_BEHIND_SECONDS", 1e-9)
+    monkeypatch.setattr(encoding, "START_WORKERS_FRAME_SECONDS", 10.0)  # no frame costs this
+    env = _recorder(tmp_path / "ds")
+    encoder = env._recording.writer.writer.encoder
+    _fall_behind(env)
+    env.close()
+    assert encoder._starter is None and _worker_pids(os.getpid()) == []
+
+
+def test_closing_while_the_workers_start_leaves_no_process_behind(tmp_path, monkeypatch):
+    monkeypatch.setattr(encoding, "START_WORKERS_BEHIND_SECONDS", 1e-9)
+    monkeypatch.setattr(encoding, "START_WORKERS_FRAME_SECONDS", 0.0)
+    env = _recorder(tmp_path / "ds")
+    encoder = env._recording.writer.writer.encoder
+    _fall_behind(env)
+    env.close()  # at once: the start may still be under way
+    assert encoder._starter is None
+    assert _worker_pids(os.getpid()) == []
+    assert len(load_episodes(tmp_path / "ds")) == 5
