@@ -248,3 +248,64 @@ def test_beam_multi_processing_workers_build_the_same_dataset_as_one_process(
     loaded = tfds.builder_from_directory(str(beam_dir))
     for split in ("train", "test"):
         _assert_same(_episodes(loaded, split), _expected(sources, split))
+
+
+@pytest.mark.slow
+def test_setup_file_ships_the_worker_code_to_a_remote_worker(builder_module, sources, tmp_path):
+    """`--setup_file=<checkout>/setup.py`, as for Dataflow/Flink/Spark workers.
+
+    Beam's own stager builds the package a remote runner installs on its
+    workers; a worker with only that install (not this checkout, not
+    `builders/`) reads a shard into the same examples as the driver.
+    """
+    pytest.importorskip("apache_beam")
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.stager import Stager
+
+    from rlds_writer.interop import package_sources
+
+    root = Path(__file__).resolve().parents[1]
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    options = PipelineOptions([f"--setup_file={root / 'setup.py'}", "--sdk_location=container"])
+    Stager.create_job_resources(options, str(staging), log_submission_env_dependencies=False)
+    (sdist,) = staging.glob("*.tar.gz")
+    site = tmp_path / "worker_site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*pip, "--target", str(site), str(sdist)], check=True, timeout=300)
+
+    shards = package_sources.split_shards(package_sources.find_sources(sources))["train"]
+    shard = shards[-1]  # a shard of the second source: keys continue from the first
+    features_json = json.dumps(package_sources.common_features_json([Path(sources) / "worker_0"]))
+    child = f"""
+import sys, pickle
+sys.path.insert(0, {str(site)!r})
+from rlds_writer.interop import package_sources
+assert package_sources.__file__.startswith({str(site)!r}), package_sources.__file__
+shard = package_sources.SourceShard(**{shard.__dict__!r})
+out = list(package_sources.read_shard_examples(shard, {features_json!r}))
+sys.stdout.buffer.write(pickle.dumps(out))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    proc = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, env=env, timeout=300, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:].decode()
+    import pickle
+
+    got = pickle.loads(proc.stdout)
+    features = tfds.features.FeatureConnector.from_json(json.loads(features_json))
+    want = list(package_sources.iter_examples(features, [shard]))
+    assert (
+        [k for k, _ in got]
+        == [k for k, _ in want]
+        == list(range(shard.first_key, shard.first_key + shard.num_records))
+    )
+    for (_, g), (_, w) in zip(got, want):
+        assert g["worker"] == w["worker"]
+        assert len(g["steps"]) == len(w["steps"])
+        for gs, ws in zip(g["steps"], w["steps"]):
+            assert set(gs) == set(ws)
+            for key in ws:
+                np.testing.assert_array_equal(gs[key], ws[key], err_msg=key)
