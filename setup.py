@@ -37,6 +37,10 @@ _EXTRAS = {
     "beam": ["apache-beam>=2.60"],
     # `tfds build` imports mlcroissant; code-based builders need importlib_resources.
     "builders": ["apache-beam>=2.60", "mlcroissant>=1.0", "importlib_resources>=6"],
+    # The rlds library (google-research/rlds). 0.1.7+ import dm-reverb at `import rlds`
+    # (for pattern_map only) and no dm-reverb release loads beside TF 2.16+; 0.1.6 is
+    # the same transformations without that import. Its own deps: absl-py, numpy.
+    "rlds": ["rlds==0.1.6"],
 }
 _EXTRAS["all"] = sorted({dep for deps in _EXTRAS.values() for dep in deps})
 _EXTRAS["test"] = [
