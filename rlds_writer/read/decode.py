@@ -7,8 +7,6 @@ to it. Values and dtypes match `tfds.as_numpy(builder.as_dataset(...))`.
 
 from __future__ import annotations
 
-import io
-import logging
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -16,116 +14,9 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import DecodeError, UnsupportedFeatureError
-from rlds_writer.read import png
+from rlds_writer.read.images import FieldBudget, decode_image
 from rlds_writer.store import wire
 from rlds_writer.store.features import IMAGE, NUMERIC, RAW, STRING, ZLIB, Features, Leaf
-
-_log = logging.getLogger(__name__)
-
-
-_JPEG_WARNED = []
-
-
-def _decode_jpeg_like_tf(data: bytes, channels: int | None, leaf: Leaf) -> np.ndarray | None:
-    """Decodes a JPEG exactly as `tf.image.decode_image` does, or None.
-
-    TensorFlow decodes JPEGs with libjpeg-turbo's fast integer DCT and fancy
-    upsampling; `simplejpeg` can do the same, Pillow cannot (it uses the
-    accurate DCT, which differs by a few levels per pixel).
-    """
-    try:
-        import simplejpeg
-    except ImportError:
-        if not _JPEG_WARNED:
-            _JPEG_WARNED.append(True)
-            _log.warning(
-                "simplejpeg is not installed: JPEG images are decoded with Pillow and may "
-                "differ from TensorFlow's decoding by a few levels per pixel "
-                "(the reader extra: pip install -e '.[reader]' in a checkout)"
-            )
-        return None
-    height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-    _check_size(height, width, leaf)
-    if channels is None:
-        channels = 1 if colorspace == "Gray" else 3
-    if channels not in (1, 3):
-        return None
-    colorspace = "GRAY" if channels == 1 else "RGB"
-    arr = simplejpeg.decode_jpeg(data, colorspace=colorspace, fastdct=True, fastupsample=False)
-    return arr.reshape(arr.shape[0], arr.shape[1], channels)
-
-
-def _decode_image(data: bytes, leaf: Leaf) -> np.ndarray:
-    """Decodes one PNG/JPEG value; a file no decoder reads is a DecodeError naming the field."""
-    try:
-        return _decode_image_unchecked(data, leaf)
-    except (DecodeError, UnsupportedFeatureError):
-        raise
-    except Exception as e:  # noqa: BLE001 - PIL and simplejpeg raise many types on bad files
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise DecodeError(f"{leaf.key}: not a readable image ({reason[:120]})") from e
-
-
-# An image whose size the feature leaves open may have at most this many pixels
-# (PIL's own bomb limit is twice as much, and only warns below it).
-_MAX_PIXELS = 1 << 28
-
-
-def _decode_image_unchecked(data: bytes, leaf: Leaf) -> np.ndarray:
-    from PIL import Image
-
-    channels = leaf.shape[-1]
-    if data[:2] == b"\xff\xd8" and leaf.dtype == np.uint8:
-        arr = _decode_jpeg_like_tf(data, channels, leaf)
-        if arr is not None:
-            return _check_image(arr, leaf)
-    want = 4 if leaf.dtype == np.float32 else channels
-    if png.bit_depth(data) == 16:  # Pillow has no 16-bit RGB, grey+alpha or RGBA
-        parsed = png.parse(data, leaf.key)
-        _check_size(parsed.height, parsed.width, leaf)
-        arr = png.decode(parsed, want, leaf.key)
-        if leaf.dtype != np.uint16:
-            arr = (arr >> 8).astype(np.uint8)  # TensorFlow keeps the high byte
-    else:
-        with Image.open(io.BytesIO(data)) as img:
-            _check_size(img.size[1], img.size[0], leaf)
-            mode = {1: "L", 3: "RGB", 4: "RGBA"}.get(want)
-            if mode is None and img.mode == "P":
-                mode = "RGBA" if "transparency" in img.info else "RGB"
-            if mode is not None and img.mode != mode:
-                img = img.convert(mode)
-            arr = np.asarray(img, dtype=np.uint8)
-        if leaf.dtype == np.uint16:
-            arr = arr.astype(np.uint16) * 257  # as TensorFlow widens 8-bit samples
-    if arr.ndim == 2:
-        arr = arr[:, :, None]
-    if leaf.dtype == np.float32:  # 4 uint8 channels bitcast to one float32 channel
-        if arr.shape[-1] != 4:
-            raise DecodeError(f"{leaf.key}: a float32 image needs 4 channels, got {arr.shape}")
-        arr = np.ascontiguousarray(arr).view(np.float32)
-    return _check_image(arr, leaf)
-
-
-def _check_size(height: int, width: int, leaf: Leaf) -> None:
-    """Refuses an image of the wrong size from its header, before any pixel is decoded."""
-    want_h, want_w = leaf.shape[0], leaf.shape[1]
-    if (want_h is not None and height != want_h) or (want_w is not None and width != want_w):
-        raise DecodeError(
-            f"{leaf.key}: image is {height}x{width}, feature expects {leaf.describe()}"
-        )
-    if height * width > _MAX_PIXELS:
-        raise DecodeError(
-            f"{leaf.key}: image of {height}x{width} pixels is over the {_MAX_PIXELS} pixel limit"
-        )
-
-
-def _check_image(arr: np.ndarray, leaf: Leaf) -> np.ndarray:
-    for want, got in zip(leaf.shape, arr.shape):
-        if want is not None and want != got:
-            raise DecodeError(
-                f"{leaf.key}: image decoded to shape {arr.shape}, feature expects {leaf.shape}"
-            )
-    return np.array(arr, copy=True) if not arr.flags.writeable else arr
 
 
 def _stack(key: str, items: list[np.ndarray], shape: tuple, dtype: np.dtype) -> Any:
@@ -300,7 +191,11 @@ class Decoder:
                 leaf.dtype,
             )
         if kind == IMAGE:
-            items = [_decode_image(x, leaf) for x in self._strings(buf, loc, leaf)]
+            values = self._strings(buf, loc, leaf)
+            budget = None
+            if leaf.shape[0] is None or leaf.shape[1] is None:
+                budget = FieldBudget(leaf, sum(len(x) for x in values))
+            items = [decode_image(x, leaf, budget) for x in values]
             return _stack(leaf.key, items, leaf.shape, leaf.dtype)
         raise UnsupportedFeatureError(f"{leaf.key}: kind {kind}")
 
@@ -381,7 +276,7 @@ class Decoder:
         if kind == ZLIB:
             return self._raw(_inflate(items[0], _bound(leaf, items[0]), leaf.key), leaf)
         if kind == IMAGE:
-            return _decode_image(items[0], leaf)
+            return decode_image(items[0], leaf)
         raise UnsupportedFeatureError(f"{leaf.key}: kind {kind}")
 
 
