@@ -8,7 +8,7 @@ to it. Values and dtypes match `tfds.as_numpy(builder.as_dataset(...))`.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,33 @@ def _stack(key: str, items: list[np.ndarray], shape: tuple, dtype: np.dtype) -> 
     if all(x.shape == first for x in items):
         return np.stack(items)
     return items
+
+
+class LazySteps(Sequence):
+    """A step field's values, each decoded when it is indexed (and not kept).
+
+    Attributes:
+      leaf: the field.
+    """
+
+    def __init__(self, leaf: Leaf, length: int, get: Callable[[int], np.ndarray], where: str):
+        self.leaf = leaf
+        self._length = length
+        self._get = get
+        self._where = where
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, i: int) -> np.ndarray:  # type: ignore[override]
+        if not -self._length <= i < self._length:
+            raise IndexError(f"step {i} out of range for {self._length} steps")
+        try:
+            return self._get(i % self._length)
+        except (wire.WireError, zlib.error, ValueError, IndexError, OverflowError) as e:
+            if isinstance(e, DecodeError):  # it names the field already
+                raise DecodeError(f"{self._where}: step {i}: {e}") from e
+            raise DecodeError(f"{self._where}: step {i}: {self.leaf.key}: {e}") from e
 
 
 class Decoder:
@@ -67,12 +94,14 @@ class Decoder:
             return 0
         return wire.count_values(buf, located) // self._per_step(leaf)
 
-    def decode(self, buf: bytes, where: str = "") -> dict[str, Any]:
+    def decode(self, buf: bytes, where: str = "", lazy: Container[str] = ()) -> dict[str, Any]:
         """Decodes one serialized episode.
 
         Args:
           buf: the record bytes.
           where: `file, record i`, for error messages.
+          lazy: keys of step fields to give as `LazySteps` (each step decoded
+            when it is asked for, nothing kept) instead of whole arrays.
 
         Returns:
           The episode as a nested dict of numpy arrays.
@@ -88,7 +117,9 @@ class Decoder:
         num_steps = None
         for leaf in self.step_leaves:
             try:
-                if leaf.dynamic:
+                if leaf.key in lazy and not leaf.dynamic:
+                    value = self._lazy_steps(buf, located.get(leaf.key), leaf, where)
+                elif leaf.dynamic:
                     value = self._decode_dynamic(buf, located, leaf, True)
                 else:
                     value = self._decode_steps(buf, located.get(leaf.key), leaf)
@@ -198,6 +229,28 @@ class Decoder:
             items = [decode_image(x, leaf, budget) for x in values]
             return _stack(leaf.key, items, leaf.shape, leaf.dtype)
         raise UnsupportedFeatureError(f"{leaf.key}: kind {kind}")
+
+    def _lazy_steps(
+        self, buf: bytes, loc: tuple[int, int, int] | None, leaf: Leaf, where: str
+    ) -> LazySteps:
+        """A step field whose values are decoded one at a time (images: no episode budget,
+        as nothing is kept; each image still has its own limit)."""
+        kind = leaf.kind
+        if kind == IMAGE:
+            items = self._strings(buf, loc, leaf)
+            return LazySteps(leaf, len(items), lambda i: decode_image(items[i], leaf), where)
+        if kind == RAW:
+            items = self._strings(buf, loc, leaf)
+            return LazySteps(leaf, len(items), lambda i: self._raw(items[i], leaf), where)
+        if kind == ZLIB:
+            items = self._strings(buf, loc, leaf)
+
+            def inflated(i: int) -> np.ndarray:
+                return self._raw(_inflate(items[i], _bound(leaf, items[i]), leaf.key), leaf)
+
+            return LazySteps(leaf, len(items), inflated, where)
+        column = self._decode_steps(buf, loc, leaf)
+        return LazySteps(leaf, len(column), column.__getitem__, where)
 
     def _decode_dynamic(
         self, buf: bytes, located: Mapping[str, tuple[int, int, int]], leaf: Leaf, in_steps: bool
