@@ -41,8 +41,12 @@ _TEXT = (230, 230, 230)
 _LABEL_BACK = (40, 40, 48)
 
 
-def _image_like(shape: Sequence[int | None], dtype: np.dtype) -> bool:
-    """Whether one step's value of this shape and dtype is shown as an image."""
+def _image_like(shape: Sequence[int | None], dtype: np.dtype, any_aspect: bool = False) -> bool:
+    """Whether one step's value of this shape and dtype can be shown as an image.
+
+    Unless `any_aspect` (a field asked for by name), an array much longer
+    than it is wide is a signal, not an image, and is left out.
+    """
     if np.dtype(dtype).kind not in "uif" or len(shape) not in (2, 3):
         return False
     if len(shape) == 3 and shape[-1] not in (1, 3, 4):
@@ -50,7 +54,7 @@ def _image_like(shape: Sequence[int | None], dtype: np.dtype) -> bool:
     h, w = shape[0], shape[1]
     if h is None or w is None:  # an Image feature of open size
         return True
-    return min(h, w) >= 3 and max(h, w) <= _MAX_ASPECT * min(h, w)
+    return min(h, w) >= 3 and (any_aspect or max(h, w) <= _MAX_ASPECT * min(h, w))
 
 
 def _step_shape(column: Any) -> tuple[tuple[int | None, ...], np.dtype]:
@@ -60,10 +64,10 @@ def _step_shape(column: Any) -> tuple[tuple[int | None, ...], np.dtype]:
     return column.shape[1:], column.dtype
 
 
-def _image_fields(steps: Mapping[str, Any]) -> dict[str, Any]:
+def _image_fields(steps: Mapping[str, Any], any_aspect: bool = False) -> dict[str, Any]:
     out = {}
     for path, column in flatten(steps):
-        if _image_like(*_step_shape(column)):
+        if _image_like(*_step_shape(column), any_aspect):
             out["/".join(path)] = column
     return out
 
@@ -82,7 +86,8 @@ def _scalar_fields(steps: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return out
 
 
-def _pick(images: dict[str, Any], fields: Sequence[str] | None, steps: Mapping) -> dict:
+def _pick(fields: Sequence[str] | None, steps: Mapping) -> dict:
+    images = _image_fields(steps, any_aspect=bool(fields))
     if fields:
         missing = [f for f in fields if f not in images]
         if missing:
@@ -154,9 +159,12 @@ class _Panel:
 
 
 def _fit(draw: Any, text: str, width: int) -> str:
-    """`text` cut (with '..') to fit `width` pixels."""
-    if draw.textlength(text) <= width:
-        return text
+    """`text` cut (with '..') to fit `width` pixels; a field's path loses its parents first."""
+    parts = text.split("/")
+    for i in range(len(parts)):
+        if draw.textlength("/".join(parts[i:])) <= width:
+            return "/".join(parts[i:])
+    text = parts[-1]
     while text and draw.textlength(text + "..") > width:
         text = text[:-1]
     return text + ".."
@@ -221,7 +229,7 @@ def episode_frames(
 ) -> tuple[list[np.ndarray], list[str]]:
     """The RGB frames (H, W, 3) uint8 of one decoded episode, one per step, and the fields used."""
     steps = episode.get("steps", {})
-    images = _pick(_image_fields(steps), fields, steps)
+    images = _pick(fields, steps)
     n = len(next(iter(images.values())))
     if n == 0:
         return [], list(images)
@@ -305,7 +313,7 @@ class _Mp4Writer:
 
 
 def _image_leaves(leaves: Sequence[Leaf]) -> list[str]:
-    return [leaf.key for leaf in leaves if _image_like(leaf.shape, leaf.dtype)]
+    return [leaf.key for leaf in leaves if _image_like(leaf.shape, leaf.dtype, any_aspect=True)]
 
 
 def render_episode(
@@ -355,7 +363,7 @@ def render_episode(
     decoded = decoder.decode(record, where, lazy=_image_leaves(reader.features.step_leaves))
     del record
     steps = decoded.get("steps", {})
-    images = _pick(_image_fields(steps), fields, steps)
+    images = _pick(fields, steps)
     n = len(next(iter(images.values())))
     if n == 0:
         raise ValueError(f"{path}: episode {episode} of split {split!r} has no steps")
