@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import DecodeError, UnsupportedFeatureError
-from rlds_writer.read.images import FieldBudget, decode_image
+from rlds_writer.read.images import check_field, decode_image
 from rlds_writer.store import wire
 from rlds_writer.store.features import IMAGE, NUMERIC, RAW, STRING, ZLIB, Features, Leaf
 
@@ -223,18 +223,20 @@ class Decoder:
             )
         if kind == IMAGE:
             values = self._strings(buf, loc, leaf)
-            budget = None
             if leaf.shape[0] is None or leaf.shape[1] is None:
-                budget = FieldBudget(leaf, sum(len(x) for x in values))
-            items = [decode_image(x, leaf, budget) for x in values]
+                check_field(values, leaf)  # what they cost together, before decoding any
+            items = [decode_image(x, leaf) for x in values]
             return _stack(leaf.key, items, leaf.shape, leaf.dtype)
         raise UnsupportedFeatureError(f"{leaf.key}: kind {kind}")
 
     def _lazy_steps(
         self, buf: bytes, loc: tuple[int, int, int] | None, leaf: Leaf, where: str
     ) -> LazySteps:
-        """A step field whose values are decoded one at a time (images: no episode budget,
-        as nothing is kept; each image still has its own limit)."""
+        """A step field whose values are decoded one at a time.
+
+        Images of open size are checked one by one, not against the episode's
+        `check_field` limit: none is kept.
+        """
         kind = leaf.kind
         if kind == IMAGE:
             items = self._strings(buf, loc, leaf)

@@ -63,41 +63,34 @@ def image_format(data: bytes) -> str:
     return f"no known image format (starts {bytes(data[:8])!r})"
 
 
-class FieldBudget:
-    """What one episode's values of an open-size image field may decode to, together.
+def check_field(values: list[bytes], leaf: Leaf) -> None:
+    """Refuses an episode's values of an open-size image field from their headers alone.
 
-    Args:
-      leaf: the field.
-      stored: the bytes its values take in the record.
+    Each is checked as `decode_image` checks it, and together they may decode
+    to at most `MAX_FIELD_BYTES` (or `MAX_IMAGE_RATIO` times their stored
+    bytes): nothing is decoded before the whole episode's cost is known.
     """
-
-    def __init__(self, leaf: Leaf, stored: int):
-        self.limit = max(MAX_FIELD_BYTES, MAX_IMAGE_RATIO * stored)
-        self.used = 0
-        self.leaf = leaf
-
-    def take(self, cost: int) -> None:
-        self.used += cost
-        if self.used > self.limit:
-            raise DecodeError(
-                f"{self.leaf.key}: the episode's images of this field decode to over "
-                f"{_mb(self.limit)} (open size {self.leaf.describe()}; the limit is "
-                f"rlds_writer.read.images.MAX_FIELD_BYTES or {MAX_IMAGE_RATIO}x their stored "
-                f"bytes): declare the image size in the feature, or raise the limit"
-            )
+    total = sum(_header(data, leaf)[2] for data in values)
+    limit = max(MAX_FIELD_BYTES, MAX_IMAGE_RATIO * sum(len(data) for data in values))
+    if total > limit:
+        raise DecodeError(
+            f"{leaf.key}: the episode's {len(values)} images decode to {_mb(total)}, over the "
+            f"{_mb(limit)} the images of an open-size field ({leaf.describe()}) may take "
+            f"together (rlds_writer.read.images.MAX_FIELD_BYTES, or {MAX_IMAGE_RATIO}x their "
+            f"stored bytes): declare the image size in the feature, or raise the limit"
+        )
 
 
 def _mb(n: int) -> str:
     return f"{n / (1 << 20):.0f} MB"
 
 
-def decode_image(data: bytes, leaf: Leaf, budget: FieldBudget | None = None) -> np.ndarray:
+def decode_image(data: bytes, leaf: Leaf) -> np.ndarray:
     """Decodes one PNG/JPEG value of `leaf`; anything else is a DecodeError naming the field.
 
     Args:
       data: the stored bytes.
       leaf: the `Image` feature.
-      budget: the episode's budget for this field, if its size is open.
 
     Returns:
       The image, `leaf.dtype`, `(H, W, C)` as TFDS decodes it.
@@ -106,6 +99,22 @@ def decode_image(data: bytes, leaf: Leaf, budget: FieldBudget | None = None) -> 
       DecodeError: not a PNG or JPEG, a size the feature does not hold, over
         the limits above, or a damaged file.
     """
+    fmt, depth, _ = _header(data, leaf)
+    try:
+        return _decode(data, fmt, depth, leaf)
+    except (DecodeError, UnsupportedFeatureError):
+        raise
+    except Exception as e:  # noqa: BLE001 - PIL and simplejpeg raise many types on bad files
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DecodeError(f"{leaf.key}: not a readable {fmt.upper()} ({reason[:120]})") from e
+
+
+def _header(data: bytes, leaf: Leaf) -> tuple[str, int, int]:
+    """(format, bit depth, decoded bytes) of a value, checked against the feature.
+
+    Raises:
+      DecodeError: not PNG or JPEG, or a size the feature does not hold.
+    """
     fmt = image_format(data)
     if fmt not in ("png", "jpeg"):
         raise DecodeError(
@@ -113,12 +122,21 @@ def decode_image(data: bytes, leaf: Leaf, budget: FieldBudget | None = None) -> 
             f"(only those are decoded); re-encode the frames as PNG or JPEG"
         )
     try:
-        return _decode(data, fmt, leaf, budget)
-    except (DecodeError, UnsupportedFeatureError):
+        if fmt == "jpeg":
+            height, width, samples = _jpeg_header(data)
+            depth = 8
+        else:
+            height, width, depth, samples = _png_header(data, leaf.key)
+    except DecodeError:
         raise
     except Exception as e:  # noqa: BLE001 - PIL and simplejpeg raise many types on bad files
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DecodeError(f"{leaf.key}: not a readable {fmt.upper()} ({reason[:120]})") from e
+    want = 4 if leaf.dtype == np.float32 else leaf.shape[-1]
+    item = 2 if depth == 16 or leaf.dtype == np.uint16 else 1
+    cost = height * width * max(samples, want or 0) * item
+    _check_size(height, width, cost, data, leaf)
+    return fmt, depth, cost
 
 
 def _png_header(data: bytes, key: str) -> tuple[int, int, int, int]:
@@ -142,9 +160,7 @@ def _jpeg_header(data: bytes) -> tuple[int, int, int]:
     return height, width, 1 if colorspace == "Gray" else 3
 
 
-def _check_size(
-    height: int, width: int, cost: int, data: bytes, leaf: Leaf, budget: FieldBudget | None
-) -> None:
+def _check_size(height: int, width: int, cost: int, data: bytes, leaf: Leaf) -> None:
     """Refuses an image of the wrong or too large a size from its header."""
     want_h, want_w = leaf.shape[0], leaf.shape[1]
     if (want_h is not None and height != want_h) or (want_w is not None and width != want_w):
@@ -162,8 +178,6 @@ def _check_size(
             f"may take (rlds_writer.read.images.MAX_IMAGE_BYTES, or {MAX_IMAGE_RATIO}x its "
             f"stored bytes): declare the image size in the feature, or raise the limit"
         )
-    if budget is not None:
-        budget.take(cost)
 
 
 _JPEG_WARNED = []
@@ -196,19 +210,11 @@ def _decode_jpeg_like_tf(data: bytes, channels: int | None) -> np.ndarray | None
     return arr.reshape(arr.shape[0], arr.shape[1], channels)
 
 
-def _decode(data: bytes, fmt: str, leaf: Leaf, budget: FieldBudget | None) -> np.ndarray:
+def _decode(data: bytes, fmt: str, depth: int, leaf: Leaf) -> np.ndarray:
     from PIL import Image
 
     channels = leaf.shape[-1]
     want = 4 if leaf.dtype == np.float32 else channels
-    if fmt == "jpeg":
-        height, width, samples = _jpeg_header(data)
-        depth = 8
-    else:
-        height, width, depth, samples = _png_header(data, leaf.key)
-    item = 2 if depth == 16 or leaf.dtype == np.uint16 else 1
-    cost = height * width * max(samples, want or 0) * item
-    _check_size(height, width, cost, data, leaf, budget)
     if fmt == "jpeg" and leaf.dtype == np.uint8:
         arr = _decode_jpeg_like_tf(data, channels)
         if arr is not None:
@@ -219,8 +225,6 @@ def _decode(data: bytes, fmt: str, leaf: Leaf, budget: FieldBudget | None) -> np
             arr = (arr >> 8).astype(np.uint8)  # TensorFlow keeps the high byte
     else:
         with Image.open(io.BytesIO(data), formats=["PNG" if fmt == "png" else "JPEG"]) as img:
-            if img.size != (width, height):  # Pillow read another header than we did
-                raise DecodeError(f"{leaf.key}: {fmt.upper()} header is damaged")
             mode = {1: "L", 3: "RGB", 4: "RGBA"}.get(want)
             if mode is None and img.mode == "P":
                 mode = "RGBA" if "transparency" in img.info else "RGB"
