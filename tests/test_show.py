@@ -198,3 +198,20 @@ def test_show_memory_does_not_grow_with_episode_length(tmp_path):
     # 450 more steps: the frames drawn would be 0.2 MB each if kept; allow the
     # record's own bytes and allocator noise.
     assert peaks[600] - peaks[150] < 12, peaks
+
+
+def test_mp4_holds_every_frame_at_an_even_size(tmp_path):
+    av = pytest.importorskip("av")
+    _write_cameras(tmp_path / "ds", 9)
+    done = render_episode(tmp_path / "ds", tmp_path / "ep.mp4", fps=5)
+    episode = rlds_writer.open_dataset(tmp_path / "ds").episodes()[0]
+    frames, _ = episode_frames(episode)
+    with av.open(str(tmp_path / "ep.mp4")) as container:
+        decoded = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert done["frames"] == len(decoded) == 9
+    width, height = done["size"]
+    assert decoded[0].shape == (height + height % 2, width + width % 2, 3)
+    # Lossy, but each decoded frame is closest to the step it was drawn from.
+    for t, image in enumerate(decoded):
+        errors = [np.abs(image[:height, :width].astype(int) - f).mean() for f in frames]
+        assert int(np.argmin(errors)) == t

@@ -11,7 +11,7 @@ the episode with a cursor at the current step and its value.
 
 Frames are decoded, drawn and written one step at a time (the GIF is written
 as it goes, not collected): memory does not grow with the episode's length.
-GIF needs only Pillow; MP4 needs `imageio[ffmpeg]`.
+GIF needs only Pillow; MP4 needs PyAV (`pip install av`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import io
 import os
 import struct
 from collections.abc import Iterator, Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -289,27 +290,37 @@ class _GifWriter:
 
 
 class _Mp4Writer:
+    """An H.264 MP4 written frame by frame with PyAV."""
+
     def __init__(self, path: str, size: tuple[int, int], fps: float):
         try:
-            import imageio.v2 as imageio
+            import av
         except ImportError:
             raise ValueError(
-                "writing .mp4 needs imageio with ffmpeg: pip install 'imageio[ffmpeg]' "
-                "(.gif needs nothing more)"
+                "writing .mp4 needs PyAV: pip install av (.gif needs nothing more)"
             ) from None
-        # libx264's yuv420p needs even sides: frames are padded by a pixel if not.
+        self._container = av.open(path, mode="w")
+        self._stream = self._container.add_stream("h264", rate=Fraction(fps).limit_denominator())
+        # yuv420p (what players expect) needs even sides: frames are padded by a pixel if not.
         self._pad = (size[1] % 2, size[0] % 2)
-        self._writer = imageio.get_writer(
-            path, fps=fps, codec="libx264", macro_block_size=1, pixelformat="yuv420p"
-        )
+        self._stream.width, self._stream.height = size[0] + self._pad[1], size[1] + self._pad[0]
+        self._stream.pix_fmt = "yuv420p"
 
     def write(self, frame: np.ndarray) -> None:
+        import av
+
         if any(self._pad):
             frame = np.pad(frame, ((0, self._pad[0]), (0, self._pad[1]), (0, 0)))
-        self._writer.append_data(frame)
+        image = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+        for packet in self._stream.encode(image):
+            self._container.mux(packet)
 
     def close(self) -> None:
-        self._writer.close()
+        try:
+            for packet in self._stream.encode(None):
+                self._container.mux(packet)
+        finally:
+            self._container.close()
 
 
 def _image_leaves(leaves: Sequence[Leaf]) -> list[str]:
@@ -332,7 +343,7 @@ def render_episode(
 
     Args:
       path: the dataset directory.
-      out: the output file; `.gif` (Pillow) or `.mp4` (needs `imageio[ffmpeg]`).
+      out: the output file; `.gif` (Pillow) or `.mp4` (needs PyAV).
       episode: the episode's index in the split.
       split: the split (TFDS split syntax).
       fields: image fields to show (paths like `observation/image`); default all.
