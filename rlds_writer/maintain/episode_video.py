@@ -114,9 +114,15 @@ class _Panel:
         first = np.asarray(column[0])  # open sizes: the first frame's size is the panel's
         self.h, self.w = first.shape[0], first.shape[1]
         # Subsample what is larger than a panel.
-        self.stride = max(1, -(-max(self.h, self.w) // _MAX_PANEL))
-        self.small = (-(-self.h // self.stride), -(-self.w // self.stride))
-        self.factor = 1
+        stride = max(1, -(-max(self.h, self.w) // _MAX_PANEL))
+        if max(self.h, self.w) > _MAX_ASPECT * min(self.h, self.w):
+            # A long thin array (shown when asked for): each axis on its own,
+            # or its short side would shrink to nothing.
+            self.stride = (max(1, -(-self.h // _MAX_PANEL)), max(1, -(-self.w // _MAX_PANEL)))
+        else:
+            self.stride = (stride, stride)
+        self.small = (-(-self.h // self.stride[0]), -(-self.w // self.stride[1]))
+        self.factor = (1, 1)
         self.x = 0
         self.range = None
         if first.dtype != np.uint8:  # scaled over the whole episode: one pass to find it
@@ -131,22 +137,23 @@ class _Panel:
     def scale_to(self, target: int) -> None:
         """Scales small images up to the common height, never wider than a panel."""
         h, w = self.small
-        self.factor = max(1, min(-(-target // h), _MAX_PANEL // w))
+        up = max(1, -(-target // h))
+        self.factor = (up, max(1, min(up, _MAX_PANEL // w)))
 
     @property
     def height(self) -> int:
-        return self.small[0] * self.factor
+        return self.small[0] * self.factor[0]
 
     @property
     def width(self) -> int:
-        return self.small[1] * self.factor
+        return self.small[1] * self.factor[1]
 
     def rgb(self, t: int) -> np.ndarray:
         """Step `t`'s frame as the panel's (height, width, 3) uint8 pixels."""
         frame = np.asarray(self.column[t])
         if frame.ndim == 2:
             frame = frame[..., None]
-        frame = frame[: self.h : self.stride, : self.w : self.stride, :3]
+        frame = frame[: self.h : self.stride[0], : self.w : self.stride[1], :3]
         if self.range is not None:
             lo, hi = self.range
             scale = 255.0 / (hi - lo) if hi > lo else 0.0
@@ -156,7 +163,7 @@ class _Panel:
             frame = np.repeat(frame, 3, axis=-1)
         out = np.zeros((*self.small, 3), np.uint8)
         out[: frame.shape[0], : frame.shape[1]] = frame[: out.shape[0], : out.shape[1]]
-        return out.repeat(self.factor, axis=0).repeat(self.factor, axis=1)
+        return out.repeat(self.factor[0], axis=0).repeat(self.factor[1], axis=1)
 
 
 def _fit(draw: Any, text: str, width: int) -> str:

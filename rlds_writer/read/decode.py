@@ -251,8 +251,60 @@ class Decoder:
                 return self._raw(_inflate(items[i], _bound(leaf, items[i]), leaf.key), leaf)
 
             return LazySteps(leaf, len(items), inflated, where)
-        column = self._decode_steps(buf, loc, leaf)
+        if kind == NUMERIC:
+            lazy = self._lazy_numbers(buf, loc, leaf, where)
+            if lazy is not None:
+                return lazy
+        column = self._decode_steps(buf, loc, leaf)  # strings, or lists in pieces
         return LazySteps(leaf, len(column), column.__getitem__, where)
+
+    def _lazy_numbers(
+        self, buf: bytes, loc: tuple[int, int, int] | None, leaf: Leaf, where: str
+    ) -> LazySteps | None:
+        """Steps of a numeric field stored as one packed run, each decoded when asked for.
+
+        None when the list is empty or not one packed run (the whole column is
+        then decoded, and any error raised, as `decode` does).
+        """
+        size = leaf.size
+        if loc is None or loc[0] == 0 or size == 0:
+            return None
+        start, end = loc[1], loc[2]
+        if leaf.wire_type == "float":
+            wire.expect_list(leaf.key, loc, (wire.FLOAT_LIST,))
+            flat = wire.float_list(buf, start, end)  # a view of the record when packed
+            if flat.size % size:
+                return None
+
+            def floats(i: int) -> np.ndarray:
+                return flat[i * size : (i + 1) * size].astype(leaf.dtype).reshape(leaf.shape)
+
+            return LazySteps(leaf, flat.size // size, floats, where)
+        wire.expect_list(leaf.key, loc, (wire.INT64_LIST,))
+        if buf[start] != 0x0A:
+            return None
+        length, pos = wire.read_varint(buf, start + 1)
+        if pos + length != end:
+            return None
+        data = np.frombuffer(buf, np.uint8, length, pos)
+        # Where each step's varints start, found a block of bytes at a time: the
+        # whole column's int64 values (8 bytes each) are never held at once.
+        bounds, count, block = [np.zeros(1, np.int64)], 0, 1 << 20
+        for a in range(0, length, block):
+            ends = np.flatnonzero(data[a : a + block] < 0x80) + (a + 1)
+            bounds.append(ends[(size - 1 - count) % size :: size])
+            count += len(ends)
+        offsets = np.concatenate(bounds)
+        if count % size or offsets[-1] != length:
+            return None
+
+        def numbers(i: int) -> np.ndarray:
+            flat = wire.decode_varints(data[offsets[i] : offsets[i + 1]])
+            if leaf.dtype == np.uint64:
+                flat = flat.view(np.uint64)
+            return flat.astype(leaf.dtype, copy=False).reshape(leaf.shape)
+
+        return LazySteps(leaf, count // size, numbers, where)
 
     def _decode_dynamic(
         self, buf: bytes, located: Mapping[str, tuple[int, int, int]], leaf: Leaf, in_steps: bool
