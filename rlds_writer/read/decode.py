@@ -289,10 +289,10 @@ class Decoder:
         data = np.frombuffer(buf, np.uint8, length, pos)
         # Where each step's varints start, found a block of bytes at a time: the
         # whole column's int64 values (8 bytes each) are never held at once.
-        bounds, count, block = [np.zeros(1, np.int64)], 0, 1 << 20
+        bounds, count, block = [np.zeros(1, np.int64)], 0, 1 << 18
         for a in range(0, length, block):
             ends = np.flatnonzero(data[a : a + block] < 0x80) + (a + 1)
-            bounds.append(ends[(size - 1 - count) % size :: size])
+            bounds.append(ends[(size - 1 - count) % size :: size].copy())  # not a view of all
             count += len(ends)
         offsets = np.concatenate(bounds)
         if count % size or offsets[-1] != length:
