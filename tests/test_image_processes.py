@@ -429,3 +429,63 @@ def test_the_writer_hands_the_queued_episode_to_the_workers_before_writing_the_c
     for episode in episodes:
         recorded = [step["observation"]["wrist_image"] for step in episode["steps"]]
         np.testing.assert_array_equal(np.stack(recorded), expected)
+
+
+_PLANTED = """
+import os
+with open(os.path.join({markers!r}, __name__ + "-" + str(os.getpid())), "w") as f:
+    f.write(repr(__file__))
+"""
+
+
+def test_workers_import_nothing_from_the_working_directory_or_a_relative_pythonpath(tmp_path):
+    # Modules named like ones the worker imports, planted where the user works
+    # (the working directory, and `sub` on PYTHONPATH as a relative entry):
+    # importing any of them leaves a marker naming the process.
+    markers, plant, script_dir = tmp_path / "markers", tmp_path / "work", tmp_path / "script"
+    for d in (markers, plant / "sub", script_dir):
+        d.mkdir(parents=True)
+    for where, name in [(plant, "mmap"), (plant, "socket"), (plant / "sub", "struct")]:
+        (where / f"{name}.py").write_text(_PLANTED.format(markers=str(markers)))
+    (plant / "sub" / "pickle.py").write_text(_PLANTED.format(markers=str(markers)))
+    # The recording process itself drops the planted directories from its own
+    # path, so any marker comes from a worker.
+    script = script_dir / "record.py"
+    script.write_text(
+        f"""
+import sys
+sys.path[:] = [p for p in sys.path if not p.startswith({str(plant)!r})]
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import logging, os
+logging.basicConfig(level=logging.WARNING)
+from test_image_processes import _Cameras, _run_episodes, _worker_pids
+from rlds_writer import RecordRLDS
+env = RecordRLDS(_Cameras(), {str(tmp_path / "ds")!r}, image_encoding="png", image_workers=2)
+_run_episodes(env, 2)
+env.flush()
+print("workers", len(_worker_pids(os.getpid())), flush=True)
+env.close()
+"""
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([env.get("PYTHONPATH", ""), "sub"]).lstrip(os.pathsep)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=plant, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "workers 2" in done.stdout
+    assert "encoding images in the recording process" not in done.stderr
+    assert sorted(os.listdir(markers)) == []
+    # The planted modules do load where Python looks for them: a plain
+    # `python -c` started there imports them (the check above can fail).
+    probe = subprocess.run(
+        [sys.executable, "-c", "import mmap, struct"], cwd=plant, env=env, capture_output=True
+    )
+    assert probe.returncode == 0
+    assert sorted(n.split("-")[0] for n in os.listdir(markers)) == ["mmap", "struct"]
+    # Every frame the workers encoded decodes to what the env drew (PNG is lossless).
+    episodes = load_episodes(tmp_path / "ds")
+    assert len(episodes) == 2
+    for episode in episodes:
+        recorded = [step["observation"]["wrist_image"] for step in episode["steps"]]
+        np.testing.assert_array_equal(np.stack(recorded), np.stack(_wrist_frames()))

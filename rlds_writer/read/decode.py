@@ -7,125 +7,16 @@ to it. Values and dtypes match `tfds.as_numpy(builder.as_dataset(...))`.
 
 from __future__ import annotations
 
-import io
-import logging
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from rlds_writer.errors import DecodeError, UnsupportedFeatureError
-from rlds_writer.read import png
+from rlds_writer.read.images import check_field, decode_image
 from rlds_writer.store import wire
 from rlds_writer.store.features import IMAGE, NUMERIC, RAW, STRING, ZLIB, Features, Leaf
-
-_log = logging.getLogger(__name__)
-
-
-_JPEG_WARNED = []
-
-
-def _decode_jpeg_like_tf(data: bytes, channels: int | None, leaf: Leaf) -> np.ndarray | None:
-    """Decodes a JPEG exactly as `tf.image.decode_image` does, or None.
-
-    TensorFlow decodes JPEGs with libjpeg-turbo's fast integer DCT and fancy
-    upsampling; `simplejpeg` can do the same, Pillow cannot (it uses the
-    accurate DCT, which differs by a few levels per pixel).
-    """
-    try:
-        import simplejpeg
-    except ImportError:
-        if not _JPEG_WARNED:
-            _JPEG_WARNED.append(True)
-            _log.warning(
-                "simplejpeg is not installed: JPEG images are decoded with Pillow and may "
-                "differ from TensorFlow's decoding by a few levels per pixel "
-                "(the reader extra: pip install -e '.[reader]' in a checkout)"
-            )
-        return None
-    height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-    _check_size(height, width, leaf)
-    if channels is None:
-        channels = 1 if colorspace == "Gray" else 3
-    if channels not in (1, 3):
-        return None
-    colorspace = "GRAY" if channels == 1 else "RGB"
-    arr = simplejpeg.decode_jpeg(data, colorspace=colorspace, fastdct=True, fastupsample=False)
-    return arr.reshape(arr.shape[0], arr.shape[1], channels)
-
-
-def _decode_image(data: bytes, leaf: Leaf) -> np.ndarray:
-    """Decodes one PNG/JPEG value; a file no decoder reads is a DecodeError naming the field."""
-    try:
-        return _decode_image_unchecked(data, leaf)
-    except (DecodeError, UnsupportedFeatureError):
-        raise
-    except Exception as e:  # noqa: BLE001 - PIL and simplejpeg raise many types on bad files
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise DecodeError(f"{leaf.key}: not a readable image ({reason[:120]})") from e
-
-
-# An image whose size the feature leaves open may have at most this many pixels
-# (PIL's own bomb limit is twice as much, and only warns below it).
-_MAX_PIXELS = 1 << 28
-
-
-def _decode_image_unchecked(data: bytes, leaf: Leaf) -> np.ndarray:
-    from PIL import Image
-
-    channels = leaf.shape[-1]
-    if data[:2] == b"\xff\xd8" and leaf.dtype == np.uint8:
-        arr = _decode_jpeg_like_tf(data, channels, leaf)
-        if arr is not None:
-            return _check_image(arr, leaf)
-    want = 4 if leaf.dtype == np.float32 else channels
-    if png.bit_depth(data) == 16:  # Pillow has no 16-bit RGB, grey+alpha or RGBA
-        parsed = png.parse(data, leaf.key)
-        _check_size(parsed.height, parsed.width, leaf)
-        arr = png.decode(parsed, want, leaf.key)
-        if leaf.dtype != np.uint16:
-            arr = (arr >> 8).astype(np.uint8)  # TensorFlow keeps the high byte
-    else:
-        with Image.open(io.BytesIO(data)) as img:
-            _check_size(img.size[1], img.size[0], leaf)
-            mode = {1: "L", 3: "RGB", 4: "RGBA"}.get(want)
-            if mode is None and img.mode == "P":
-                mode = "RGBA" if "transparency" in img.info else "RGB"
-            if mode is not None and img.mode != mode:
-                img = img.convert(mode)
-            arr = np.asarray(img, dtype=np.uint8)
-        if leaf.dtype == np.uint16:
-            arr = arr.astype(np.uint16) * 257  # as TensorFlow widens 8-bit samples
-    if arr.ndim == 2:
-        arr = arr[:, :, None]
-    if leaf.dtype == np.float32:  # 4 uint8 channels bitcast to one float32 channel
-        if arr.shape[-1] != 4:
-            raise DecodeError(f"{leaf.key}: a float32 image needs 4 channels, got {arr.shape}")
-        arr = np.ascontiguousarray(arr).view(np.float32)
-    return _check_image(arr, leaf)
-
-
-def _check_size(height: int, width: int, leaf: Leaf) -> None:
-    """Refuses an image of the wrong size from its header, before any pixel is decoded."""
-    want_h, want_w = leaf.shape[0], leaf.shape[1]
-    if (want_h is not None and height != want_h) or (want_w is not None and width != want_w):
-        raise DecodeError(
-            f"{leaf.key}: image is {height}x{width}, feature expects {leaf.describe()}"
-        )
-    if height * width > _MAX_PIXELS:
-        raise DecodeError(
-            f"{leaf.key}: image of {height}x{width} pixels is over the {_MAX_PIXELS} pixel limit"
-        )
-
-
-def _check_image(arr: np.ndarray, leaf: Leaf) -> np.ndarray:
-    for want, got in zip(leaf.shape, arr.shape):
-        if want is not None and want != got:
-            raise DecodeError(
-                f"{leaf.key}: image decoded to shape {arr.shape}, feature expects {leaf.shape}"
-            )
-    return np.array(arr, copy=True) if not arr.flags.writeable else arr
 
 
 def _stack(key: str, items: list[np.ndarray], shape: tuple, dtype: np.dtype) -> Any:
@@ -136,6 +27,33 @@ def _stack(key: str, items: list[np.ndarray], shape: tuple, dtype: np.dtype) -> 
     if all(x.shape == first for x in items):
         return np.stack(items)
     return items
+
+
+class LazySteps(Sequence):
+    """A step field's values, each decoded when it is indexed (and not kept).
+
+    Attributes:
+      leaf: the field.
+    """
+
+    def __init__(self, leaf: Leaf, length: int, get: Callable[[int], np.ndarray], where: str):
+        self.leaf = leaf
+        self._length = length
+        self._get = get
+        self._where = where
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, i: int) -> np.ndarray:  # type: ignore[override]
+        if not -self._length <= i < self._length:
+            raise IndexError(f"step {i} out of range for {self._length} steps")
+        try:
+            return self._get(i % self._length)
+        except (wire.WireError, zlib.error, ValueError, IndexError, OverflowError) as e:
+            if isinstance(e, DecodeError):  # it names the field already
+                raise DecodeError(f"{self._where}: step {i}: {e}") from e
+            raise DecodeError(f"{self._where}: step {i}: {self.leaf.key}: {e}") from e
 
 
 class Decoder:
@@ -176,12 +94,14 @@ class Decoder:
             return 0
         return wire.count_values(buf, located) // self._per_step(leaf)
 
-    def decode(self, buf: bytes, where: str = "") -> dict[str, Any]:
+    def decode(self, buf: bytes, where: str = "", lazy: Container[str] = ()) -> dict[str, Any]:
         """Decodes one serialized episode.
 
         Args:
           buf: the record bytes.
           where: `file, record i`, for error messages.
+          lazy: keys of step fields to give as `LazySteps` (each step decoded
+            when it is asked for, nothing kept) instead of whole arrays.
 
         Returns:
           The episode as a nested dict of numpy arrays.
@@ -197,7 +117,9 @@ class Decoder:
         num_steps = None
         for leaf in self.step_leaves:
             try:
-                if leaf.dynamic:
+                if leaf.key in lazy and not leaf.dynamic:
+                    value = self._lazy_steps(buf, located.get(leaf.key), leaf, where)
+                elif leaf.dynamic:
                     value = self._decode_dynamic(buf, located, leaf, True)
                 else:
                     value = self._decode_steps(buf, located.get(leaf.key), leaf)
@@ -300,9 +222,89 @@ class Decoder:
                 leaf.dtype,
             )
         if kind == IMAGE:
-            items = [_decode_image(x, leaf) for x in self._strings(buf, loc, leaf)]
+            values = self._strings(buf, loc, leaf)
+            if leaf.shape[0] is None or leaf.shape[1] is None:
+                check_field(values, leaf)  # what they cost together, before decoding any
+            items = [decode_image(x, leaf) for x in values]
             return _stack(leaf.key, items, leaf.shape, leaf.dtype)
         raise UnsupportedFeatureError(f"{leaf.key}: kind {kind}")
+
+    def _lazy_steps(
+        self, buf: bytes, loc: tuple[int, int, int] | None, leaf: Leaf, where: str
+    ) -> LazySteps:
+        """A step field whose values are decoded one at a time.
+
+        Images of open size are checked one by one, not against the episode's
+        `check_field` limit: none is kept.
+        """
+        kind = leaf.kind
+        if kind == IMAGE:
+            items = self._strings(buf, loc, leaf)
+            return LazySteps(leaf, len(items), lambda i: decode_image(items[i], leaf), where)
+        if kind == RAW:
+            items = self._strings(buf, loc, leaf)
+            return LazySteps(leaf, len(items), lambda i: self._raw(items[i], leaf), where)
+        if kind == ZLIB:
+            items = self._strings(buf, loc, leaf)
+
+            def inflated(i: int) -> np.ndarray:
+                return self._raw(_inflate(items[i], _bound(leaf, items[i]), leaf.key), leaf)
+
+            return LazySteps(leaf, len(items), inflated, where)
+        if kind == NUMERIC:
+            lazy = self._lazy_numbers(buf, loc, leaf, where)
+            if lazy is not None:
+                return lazy
+        column = self._decode_steps(buf, loc, leaf)  # strings, or lists in pieces
+        return LazySteps(leaf, len(column), column.__getitem__, where)
+
+    def _lazy_numbers(
+        self, buf: bytes, loc: tuple[int, int, int] | None, leaf: Leaf, where: str
+    ) -> LazySteps | None:
+        """Steps of a numeric field stored as one packed run, each decoded when asked for.
+
+        None when the list is empty or not one packed run (the whole column is
+        then decoded, and any error raised, as `decode` does).
+        """
+        size = leaf.size
+        if loc is None or loc[0] == 0 or size == 0:
+            return None
+        start, end = loc[1], loc[2]
+        if leaf.wire_type == "float":
+            wire.expect_list(leaf.key, loc, (wire.FLOAT_LIST,))
+            flat = wire.float_list(buf, start, end)  # a view of the record when packed
+            if flat.size % size:
+                return None
+
+            def floats(i: int) -> np.ndarray:
+                return flat[i * size : (i + 1) * size].astype(leaf.dtype).reshape(leaf.shape)
+
+            return LazySteps(leaf, flat.size // size, floats, where)
+        wire.expect_list(leaf.key, loc, (wire.INT64_LIST,))
+        if buf[start] != 0x0A:
+            return None
+        length, pos = wire.read_varint(buf, start + 1)
+        if pos + length != end:
+            return None
+        data = np.frombuffer(buf, np.uint8, length, pos)
+        # Where each step's varints start, found a block of bytes at a time: the
+        # whole column's int64 values (8 bytes each) are never held at once.
+        bounds, count, block = [np.zeros(1, np.int64)], 0, 1 << 18
+        for a in range(0, length, block):
+            ends = np.flatnonzero(data[a : a + block] < 0x80) + (a + 1)
+            bounds.append(ends[(size - 1 - count) % size :: size].copy())  # not a view of all
+            count += len(ends)
+        offsets = np.concatenate(bounds)
+        if count % size or offsets[-1] != length:
+            return None
+
+        def numbers(i: int) -> np.ndarray:
+            flat = wire.decode_varints(data[offsets[i] : offsets[i + 1]])
+            if leaf.dtype == np.uint64:
+                flat = flat.view(np.uint64)
+            return flat.astype(leaf.dtype, copy=False).reshape(leaf.shape)
+
+        return LazySteps(leaf, count // size, numbers, where)
 
     def _decode_dynamic(
         self, buf: bytes, located: Mapping[str, tuple[int, int, int]], leaf: Leaf, in_steps: bool
@@ -381,7 +383,7 @@ class Decoder:
         if kind == ZLIB:
             return self._raw(_inflate(items[0], _bound(leaf, items[0]), leaf.key), leaf)
         if kind == IMAGE:
-            return _decode_image(items[0], leaf)
+            return decode_image(items[0], leaf)
         raise UnsupportedFeatureError(f"{leaf.key}: kind {kind}")
 
 

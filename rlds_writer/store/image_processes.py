@@ -17,10 +17,10 @@ then encodes in its own process from that episode on, so no episode is lost.
 from __future__ import annotations
 
 import collections
+import importlib
 import os
 import pickle
 import selectors
-import site
 import socket
 import subprocess
 import sys
@@ -71,6 +71,38 @@ def supported() -> bool:
     )
 
 
+# The worker runs in isolated mode (`-I`): neither the working directory nor
+# PYTHONPATH nor the user's site-packages is on its path, so a `mmap.py` (or
+# any module named like one it imports) lying where the user works is never
+# imported into it. The directories this process found the package and the
+# worker's dependencies in are put back explicitly, after the standard library
+# and before site-packages (a checkout then wins over an installed copy, as it
+# does here).
+_BOOTSTRAP = (
+    "import os, site, sys\n"
+    "known = set(site.getsitepackages())\n"
+    "at = next((i for i, p in enumerate(sys.path) if p in known), len(sys.path))\n"
+    "sys.path[at:at] = [p for p in sys.argv[1].split(os.pathsep) if p and p not in sys.path]\n"
+    "from rlds_writer.store.image_worker import main\n"
+    "main(sys.argv[2:])\n"
+)
+
+
+def _import_path() -> str:
+    """Where this process found what the worker imports: absolute directories only."""
+    dirs = []
+    for name in ("rlds_writer", "numpy", "PIL"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # the worker reports it when it first encodes
+            continue
+        # A package's `__file__` is `<dir>/<name>/__init__.py`.
+        top = os.path.dirname(os.path.dirname(os.path.abspath(module.__file__)))
+        if top not in dirs:
+            dirs.append(top)
+    return os.pathsep.join(dirs)
+
+
 class _Worker:
     __slots__ = ("process", "requests", "results", "has_fd", "slots", "sent", "in_flight")
 
@@ -82,21 +114,12 @@ class _Worker:
                 results_theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _RESULT_BUFFER)
             except OSError:
                 pass
-        env = dict(os.environ)
-        # The worker imports this package from where this process found it: a
-        # checkout on sys.path goes on its PYTHONPATH (site-packages does not,
-        # or it would come before the standard library there).
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        installed = {os.path.abspath(p) for p in site.getsitepackages()}
-        if root not in installed:
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         fds = (theirs.fileno(), results_theirs.fileno())
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "rlds_writer.store.image_worker", *map(str, fds)],
+                [sys.executable, "-I", "-c", _BOOTSTRAP, _import_path(), *map(str, fds)],
                 pass_fds=fds,
                 stdin=subprocess.DEVNULL,
-                env=env,
                 # Out of the terminal's process group: Ctrl-C stops the env
                 # loop, and the worker still encodes what the recorder then
                 # writes. It ends with its sockets, whatever ends the recorder.

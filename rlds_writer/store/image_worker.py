@@ -1,8 +1,9 @@
 """An image-encoding process: PNG/JPEG-encodes frames that the recorder keeps in shared memory.
 
-Started by `image_processes.ImageProcessPool` as
-`python -m rlds_writer.store.image_worker REQUESTS RESULTS`, with two sockets
-inherited from the recording process:
+Started by `image_processes.ImageProcessPool` as `python -I -c BOOTSTRAP PATH
+REQUESTS RESULTS` (isolated: nothing is imported from the working directory or
+PYTHONPATH; PATH lists where the recording process found this package, numpy
+and Pillow), with two sockets inherited from the recording process:
 
 * REQUESTS (`SOCK_SEQPACKET`, one message per task): a pickled
   `(task, codec, quality, offset, count, shape, dtype)`: encode `count`
@@ -73,12 +74,13 @@ def serve(requests: socket.socket, results: socket.socket) -> None:
 
 
 def main(argv: list[str]) -> None:
+    """Serves the sockets whose descriptors are `argv[0]` (REQUESTS) and `argv[1]` (RESULTS)."""
     try:
         os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) + 5)
     except (AttributeError, OSError):
         pass
-    requests = socket.socket(fileno=int(argv[1]))
-    results = socket.socket(fileno=int(argv[2]))
+    requests = socket.socket(fileno=int(argv[0]))
+    results = socket.socket(fileno=int(argv[1]))
     try:
         serve(requests, results)
     except (BrokenPipeError, ConnectionResetError):  # the recorder is gone
@@ -86,4 +88,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    main(sys.argv[1:])

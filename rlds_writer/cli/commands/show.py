@@ -12,7 +12,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Read one episode without TensorFlow and write its image-like step fields "
         "side by side, with a strip per scalar step field (reward, a scalar action, numeric "
         "step metadata) and a cursor at the current step. .gif needs nothing more; .mp4 "
-        "needs imageio[ffmpeg].",
+        "needs PyAV (pip install av).",
     )
     p.add_argument("path", help="dataset directory")
     p.add_argument("--episode", type=int, default=0, help="episode index in the split")
