@@ -460,6 +460,8 @@ import logging, os
 logging.basicConfig(level=logging.WARNING)
 from test_image_processes import _Cameras, _run_episodes, _worker_pids
 from rlds_writer import RecordRLDS
+from rlds_writer.store import encoding
+encoding.START_WORKERS_BEHIND_SECONDS = 0.0  # the processes from the first episode
 env = RecordRLDS(_Cameras(), {str(tmp_path / "ds")!r}, image_encoding="png", image_workers=2)
 _run_episodes(env, 2)
 env.flush()
