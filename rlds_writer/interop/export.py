@@ -24,25 +24,53 @@ in the report.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import SpecError
+from rlds_writer.errors import SpecError, optional_dependencies
+from rlds_writer.interop import Format
 from rlds_writer.read.decode import map_tree
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.read.transitions import CUT_SHORT_MODES, episode_end
 from rlds_writer.store import features as features_json
+from rlds_writer.store.locate import require_dataset
 
 FORMATS = {
-    "minari": "rlds_writer.interop.export_minari",
-    "rllib-episodes": "rlds_writer.interop.export_rllib",
-    "hf": "rlds_writer.interop.export_hf",
-    "d3rlpy": "rlds_writer.interop.export_d3rlpy",
-    "lerobot": "rlds_writer.interop.export_lerobot",
+    "minari": Format(
+        "rlds_writer.interop.export_minari:export",
+        "Minari datasets",
+        "a Minari dataset id (e.g. cartpole/random-v0), created in the local Minari root "
+        "(MINARI_DATASETS_PATH); minari.load_dataset(DEST) opens it",
+        "convert",
+    ),
+    "rllib-episodes": Format(
+        "rlds_writer.interop.export_rllib:export",
+        "RLlib offline input",
+        "a new directory for config.offline_data(input_=[DEST])",
+        "rllib,convert",
+    ),
+    "hf": Format(
+        "rlds_writer.interop.export_hf:export",
+        "Hugging Face datasets",
+        "a new directory for datasets.load_dataset(DEST)",
+        "hf",
+    ),
+    "d3rlpy": Format(
+        "rlds_writer.interop.export_d3rlpy:export",
+        "d3rlpy dataset files",
+        "a new HDF5 file for d3rlpy.dataset.ReplayBuffer.load(DEST, "
+        "d3rlpy.dataset.InfiniteBuffer())",
+        "convert",
+    ),
+    "lerobot": Format(
+        "rlds_writer.interop.export_lerobot:export",
+        "LeRobot v3.0 datasets",
+        "a new directory for LeRobotDataset(repo_id, root=DEST)",
+        "lerobot",
+    ),
 }
 
 # The step fields every RLDS dataset may have; anything else is step metadata.
@@ -99,6 +127,16 @@ class ExportReport:
         return "\n".join([text, *(f"note: {n}" for n in self.notes)])
 
 
+def needs_libraries(to: str) -> Any:
+    """Decorates format `to`'s own `export` (public as `rlds_writer.export_<format>`).
+
+    A library of the format missing inside it becomes a `MissingDependencyError`
+    naming the extra to install, as through `export(..., to=...)`.
+    """
+    target = FORMATS[to]
+    return optional_dependencies(f"exporting to {target.title}", target.extra)
+
+
 def check_cut_short(cut_short: str) -> None:
     """Refuses an unknown `cut_short` mode with a one-line message."""
     if cut_short not in CUT_SHORT_MODES:
@@ -126,14 +164,10 @@ def open_source(src: os.PathLike | str, split: str) -> Any:
     """Opens an RLDS dataset for export and checks that `split` exists.
 
     Raises:
-      FileNotFoundError: if `src` holds no dataset.
+      NotADatasetError: `src` is not a dataset.
       ValueError: for an unknown split.
     """
-    if not os.path.isfile(os.path.join(os.fspath(src), "dataset_info.json")):
-        raise FileNotFoundError(
-            f"{src}: not an RLDS dataset directory (no dataset_info.json); pass the directory "
-            "a recorder or `rlds-writer convert` wrote"
-        )
+    require_dataset(src)
     reader = open_dataset(src)
     if split not in reader.splits:
         raise ValueError(
@@ -388,8 +422,10 @@ def export(
 
     Raises:
       ValueError: for an unknown format.
+      MissingDependencyError: the format's optional libraries are not installed
+        (the message names the extra to install).
     """
     if to not in FORMATS:
         raise ValueError(f"unknown export format {to!r}; expected one of {list(FORMATS)}")
-    module = importlib.import_module(FORMATS[to])
-    return module.export(src, dest, **options)
+    target = FORMATS[to]
+    return target.run(f"exporting to {target.title}", src, dest, **options)

@@ -19,6 +19,7 @@ from rlds_writer.errors import CorruptRecordError, DecodeError, WireError
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.store import features as features_lib
 from rlds_writer.store import layout, locking, shards, tfrecord, wire
+from rlds_writer.store.locate import require_dataset
 
 # ------------------------------------------------------------ record access
 
@@ -179,8 +180,9 @@ def info(path: epath.PathLike, *, count_steps: bool = True) -> dict[str, Any]:
       `problems` (what `recover` would fix, e.g. unlisted episodes).
 
     Raises:
-      FileNotFoundError: the directory holds no dataset_info.json.
+      NotADatasetError: `path` is not a dataset.
     """
+    require_dataset(path)
     path = epath.Path(path)
     dataset_info = layout.read_json(path / layout.DATASET_INFO)
     where = os.fspath(path / layout.DATASET_INFO)
@@ -516,6 +518,7 @@ def validate(
     """
     import tensorflow_datasets as tfds
 
+    require_dataset(path)
     path = epath.Path(path)
     violations = _Violations(max_violations)
     info_json = layout.read_json(path / layout.DATASET_INFO)

@@ -42,6 +42,7 @@ from rlds_writer.read.transitions import (
 )
 from rlds_writer.store import features as features_json
 from rlds_writer.store import layout
+from rlds_writer.store.locate import require_dataset
 
 _log = logging.getLogger(__name__)
 
@@ -90,7 +91,8 @@ def open_dataset(
       A `DatasetReader`.
 
     Raises:
-      FileNotFoundError: if `dataset_info.json` or `features.json` is missing.
+      NotADatasetError: `path` is not a dataset (a `FileNotFoundError`; the message
+        says what is there instead, and lists the datasets below a directory of them).
       NotImplementedError: for features or file formats the reader cannot decode.
     """
     return DatasetReader(
@@ -145,6 +147,7 @@ class DatasetReader:
             raise NotImplementedError(
                 f"{self.path}: the reader reads local directories only; copy the dataset first"
             )
+        require_dataset(self.path)
         info_path = os.path.join(self.path, "dataset_info.json")
         with open(info_path, encoding="utf-8") as f:
             self.info = json.load(f)

@@ -33,6 +33,7 @@ from etils import epath
 
 from rlds_writer.errors import DatasetExistsError, IncompatibleDatasetError, MergeError
 from rlds_writer.store import layout, recovery
+from rlds_writer.store.locate import not_a_dataset
 from rlds_writer.store.locking import DirectoryLock
 
 _log = logging.getLogger(__name__)
@@ -178,7 +179,7 @@ def merge(
                 )
             for source in source_paths:
                 if not (source / layout.DATASET_INFO).exists():
-                    raise FileNotFoundError(f"source {source} holds no dataset")
+                    raise not_a_dataset(source)
                 locks.append(_lock(source))
             if recover_sources:
                 for source in source_paths:
