@@ -40,7 +40,22 @@ class EncodingError(RLDSWriterError, ValueError):
 
 
 class DatasetExistsError(RLDSWriterError, FileExistsError):
-    """The target directory already holds a dataset and no mode was given."""
+    """The target directory already holds a dataset and no mode was given.
+
+    Attributes:
+      directory: the directory, when choosing a `mode` (append, overwrite)
+        resolves it; else None. The command line words that advice as `--mode`.
+    """
+
+    def __init__(self, message: str, directory: str | None = None):
+        super().__init__(message)
+        self.directory = directory
+
+    def __str__(self) -> str:
+        return self.args[0] if self.args else ""
+
+    def __reduce__(self) -> tuple:
+        return type(self), (str(self), self.directory)
 
 
 class IncompatibleDatasetError(RLDSWriterError, ValueError):
@@ -157,22 +172,28 @@ class NotADatasetError(RLDSWriterError, FileNotFoundError):
         self.datasets = list(datasets or [])
         super().__init__(self.message(lambda d: f"rlds_writer.open_dataset({d!r})"))
 
-    def message(self, open_command: Callable[[str], str]) -> str:
-        """The one-line message; `open_command(dataset)` words how to open one found below."""
+    def message(self, open_command: Callable[[str], str] | None = None) -> str:
+        """The one-line message; `open_command(dataset)` words how to open one found below.
+
+        Without `open_command`, the message stops before the datasets below.
+        """
         text = (
             f"{self.path}: not an RLDS dataset directory (expected one with "
             f"dataset_info.json and features.json): {self.reason}"
         )
-        if not self.datasets:
+        if not self.datasets or open_command is None:
             return text
         shown = self.datasets[:_MAX_LISTED]
         more = len(self.datasets) - len(shown)
         listed = ", ".join(open_command(d) for d in shown) + (f" (and {more} more)" if more else "")
         found = counted(len(self.datasets), "dataset")
-        return f"{text}; {found} below it, open {'it' if len(shown) == 1 else 'one'}: {listed}"
+        return f"{text}; {found} below it, {'open it' if len(shown) == 1 else 'pick one'}: {listed}"
 
     def __str__(self) -> str:
         return self.args[0] if self.args else ""
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.path, self.reason, self.datasets)
 
 
 _MAX_LISTED = 10
@@ -196,6 +217,14 @@ class MissingDependencyError(RLDSWriterError, ModuleNotFoundError):
         super().__init__(message, name=name)
         self.feature = feature
         self.extra = extra
+
+    def __reduce__(self) -> tuple:
+        state = {"name": self.name, "feature": self.feature, "extra": self.extra}
+        return _rebuild_missing_dependency, (str(self), state)
+
+
+def _rebuild_missing_dependency(message: str, state: dict) -> MissingDependencyError:
+    return MissingDependencyError(message, **state)
 
 
 # The optional modules (import names) and the extra of setup.py's

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import DecodeError, UnsupportedFeatureError
+from rlds_writer.errors import DecodeError, UnsupportedFeatureError, pip_install
 from rlds_writer.read import png
 from rlds_writer.store import wire
 from rlds_writer.store.features import IMAGE, NUMERIC, RAW, STRING, ZLIB, Features, Leaf
@@ -41,7 +41,7 @@ def _decode_jpeg_like_tf(data: bytes, channels: int | None, leaf: Leaf) -> np.nd
             _log.warning(
                 "simplejpeg is not installed: JPEG images are decoded with Pillow and may "
                 "differ from TensorFlow's decoding by a few levels per pixel "
-                "(the reader extra: pip install -e '.[reader]' in a checkout)"
+                f"(the reader extra: {pip_install('reader')})"
             )
         return None
     height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)

@@ -93,20 +93,14 @@ def run(args: argparse.Namespace) -> int:
             "end_reason": tfds.features.Text(),
         },
     )
-    try:
-        backend = rlds_writer.TFDSBackendWriter(
-            data_directory=args.output,
-            ds_config=config,
-            max_episodes_per_file=args.max_episodes_per_file,
-            file_format=args.format,
-            mode=args.mode,
-        )
-    except rlds_writer.DatasetExistsError as e:
-        # Same error, in the command line's own words.
-        raise rlds_writer.DatasetExistsError(
-            f"{args.output} already holds a dataset; rerun with --mode append to add "
-            "episodes to it or --mode overwrite to replace it"
-        ) from e
+    # A dataset already there is refused in the command line's words (--mode) by main.
+    backend = rlds_writer.TFDSBackendWriter(
+        data_directory=args.output,
+        ds_config=config,
+        max_episodes_per_file=args.max_episodes_per_file,
+        file_format=args.format,
+        mode=args.mode,
+    )
     rng = np.random.default_rng(agent_seed)
     returns = {"value": 0.0}
 
