@@ -34,7 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rlds-writer",
         description="Record RL rollouts as RLDS episodes in TFDS datasets, and manage them.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log progress details; on an error, show the traceback; let TensorFlow log",
+    )
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
     )

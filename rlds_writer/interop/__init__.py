@@ -67,6 +67,7 @@ class Format:
             return getattr(importlib.import_module(module), function)(*args, **options)
 
 
+# The sources of `convert(source_format, ...)`.
 FORMATS = {
     "minari": Format(
         "rlds_writer.interop.minari:convert",
@@ -99,6 +100,43 @@ FORMATS = {
         "HDF5 files of episode groups",
         "an .hdf5 file with one group per episode",
         "convert",
+    ),
+}
+
+
+# The targets of `export(src, dest, to=...)` (`rlds_writer.interop.export`).
+EXPORT_FORMATS = {
+    "minari": Format(
+        "rlds_writer.interop.export_minari:export",
+        "Minari datasets",
+        "a Minari dataset id (e.g. cartpole/random-v0), created in the local Minari root "
+        "(MINARI_DATASETS_PATH); minari.load_dataset(DEST) opens it",
+        "convert",
+    ),
+    "rllib-episodes": Format(
+        "rlds_writer.interop.export_rllib:export",
+        "RLlib offline input",
+        "a new directory for config.offline_data(input_=[DEST])",
+        "rllib,convert",
+    ),
+    "hf": Format(
+        "rlds_writer.interop.export_hf:export",
+        "Hugging Face datasets",
+        "a new directory for datasets.load_dataset(DEST)",
+        "hf",
+    ),
+    "d3rlpy": Format(
+        "rlds_writer.interop.export_d3rlpy:export",
+        "d3rlpy dataset files",
+        "a new HDF5 file for d3rlpy.dataset.ReplayBuffer.load(DEST, "
+        "d3rlpy.dataset.InfiniteBuffer())",
+        "convert",
+    ),
+    "lerobot": Format(
+        "rlds_writer.interop.export_lerobot:export",
+        "LeRobot v3.0 datasets",
+        "a new directory for LeRobotDataset(repo_id, root=DEST)",
+        "lerobot",
     ),
 }
 

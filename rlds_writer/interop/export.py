@@ -31,47 +31,15 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import SpecError, optional_dependencies
-from rlds_writer.interop import Format
+from rlds_writer.interop import EXPORT_FORMATS
 from rlds_writer.read.decode import map_tree
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.read.transitions import CUT_SHORT_MODES, episode_end
 from rlds_writer.store import features as features_json
 from rlds_writer.store.locate import require_dataset
 
-FORMATS = {
-    "minari": Format(
-        "rlds_writer.interop.export_minari:export",
-        "Minari datasets",
-        "a Minari dataset id (e.g. cartpole/random-v0), created in the local Minari root "
-        "(MINARI_DATASETS_PATH); minari.load_dataset(DEST) opens it",
-        "convert",
-    ),
-    "rllib-episodes": Format(
-        "rlds_writer.interop.export_rllib:export",
-        "RLlib offline input",
-        "a new directory for config.offline_data(input_=[DEST])",
-        "rllib,convert",
-    ),
-    "hf": Format(
-        "rlds_writer.interop.export_hf:export",
-        "Hugging Face datasets",
-        "a new directory for datasets.load_dataset(DEST)",
-        "hf",
-    ),
-    "d3rlpy": Format(
-        "rlds_writer.interop.export_d3rlpy:export",
-        "d3rlpy dataset files",
-        "a new HDF5 file for d3rlpy.dataset.ReplayBuffer.load(DEST, "
-        "d3rlpy.dataset.InfiniteBuffer())",
-        "convert",
-    ),
-    "lerobot": Format(
-        "rlds_writer.interop.export_lerobot:export",
-        "LeRobot v3.0 datasets",
-        "a new directory for LeRobotDataset(repo_id, root=DEST)",
-        "lerobot",
-    ),
-}
+# The targets (`export --to`) are listed with the sources in `rlds_writer.interop`.
+FORMATS = EXPORT_FORMATS
 
 # The step fields every RLDS dataset may have; anything else is step metadata.
 STANDARD_STEP_FIELDS = (
