@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import SpecError, optional_dependencies
+from rlds_writer.errors import SpecError, counted, optional_dependencies
 from rlds_writer.interop import EXPORT_FORMATS
 from rlds_writer.read.decode import map_tree
 from rlds_writer.read.reader import open_dataset
@@ -88,8 +88,9 @@ class ExportReport:
 
     def summary(self) -> str:
         text = (
-            f"{self.episodes} episodes ({self.transitions} transitions; {self.terminated} "
-            f"terminated, {self.truncated} truncated) from {self.source} to {self.format} "
+            f"{counted(self.episodes, 'episode')} ({counted(self.transitions, 'transition')}; "
+            f"{self.terminated} terminated, {self.truncated} truncated) from {self.source} to "
+            f"{self.format} "
             f"{self.destination}"
         )
         return "\n".join([text, *(f"note: {n}" for n in self.notes)])
@@ -181,11 +182,13 @@ def source_episodes(
         yield episode, end
     if report.cut_short:
         verb = "left out" if cut_short == "drop" else "exported as truncated"
-        report.notes.append(f"{report.cut_short} episodes cut short by the recorder were {verb}")
+        episodes = counted(report.cut_short, "episode")
+        were = "was" if report.cut_short == 1 else "were"
+        report.notes.append(f"{episodes} cut short by the recorder {were} {verb}")
     if too_short:
         report.notes.append(
-            f"{too_short} episodes of fewer than {min_steps} RLDS steps (no transition) were "
-            "skipped"
+            f"{counted(too_short, 'episode')} of fewer than {min_steps} RLDS steps (no "
+            f"transition) {'was' if too_short == 1 else 'were'} skipped"
         )
 
 

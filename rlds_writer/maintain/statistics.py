@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import import_optional
+from rlds_writer.errors import counted, import_optional
 from rlds_writer.read.decode import Decoder, flatten
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.read.transitions import episode_end
@@ -374,7 +374,7 @@ def format_statistics(stats: Mapping[str, Any]) -> str:
         ]
         width = max(len(label) for label, _ in rows) + 2
         lines.append(
-            f"split {name}: {s['episodes']} episodes, {s['steps']} steps, "
+            f"split {name}: {counted(s['episodes'], 'episode')}, {counted(s['steps'], 'step')}, "
             f"{s['terminated']} terminated, {s['truncated']} truncated"
             + (f", {s['cut_short']} cut short" if s.get("cut_short") is not None else "")
         )

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import CorruptRecordError, DecodeError
+from rlds_writer.errors import CorruptRecordError, DecodeError, counted
 from rlds_writer.read.decode import Decoder, drop_final_step, flatten, map_tree, rows
 from rlds_writer.read.shards import SHARD_READERS
 from rlds_writer.read.splits import split_ranges
@@ -282,7 +282,10 @@ class Episodes(Sequence):
         self._lengths: np.ndarray | None = None
 
     def __repr__(self) -> str:
-        return f"Episodes({self.spec!r}, {len(self)} episodes, {len(self.files())} files)"
+        return (
+            f"Episodes({self.spec!r}, {counted(len(self), 'episode')}, "
+            f"{counted(len(self.files()), 'file')})"
+        )
 
     def __len__(self) -> int:
         return self._cum[-1]
@@ -292,7 +295,7 @@ class Episodes(Sequence):
         if i < 0:
             i += n
         if not 0 <= i < n:
-            raise IndexError(f"episode index {i} out of range for {n} episodes")
+            raise IndexError(f"episode index {i} out of range for {counted(n, 'episode')}")
         seg = bisect.bisect_right(self._cum, i) - 1
         split, shard, a, _ = self.segments[seg]
         return split, shard, a + i - self._cum[seg]

@@ -42,7 +42,7 @@ from typing import Any
 
 from etils import epath
 
-from rlds_writer.errors import IncompatibleDatasetError, RecoveryError
+from rlds_writer.errors import IncompatibleDatasetError, RecoveryError, counted
 from rlds_writer.store import layout, shards, tfrecord
 from rlds_writer.store.locate import not_a_dataset
 
@@ -116,7 +116,7 @@ class RecoveryReport:
         for name, lengths in self.splits.items():
             before = sum(self.listed_before.get(name, []))
             parts.append(
-                f"{name}: {sum(lengths)} episodes in {len(lengths)} shards "
+                f"{name}: {counted(sum(lengths), 'episode')} in {counted(len(lengths), 'shard')} "
                 f"(dataset_info.json listed {before})"
             )
         for s in self.shards:
