@@ -94,6 +94,7 @@ _EXPORTS = {
     "DiskFullError": ("rlds_writer.errors", "DiskFullError"),
     "MergeError": ("rlds_writer.errors", "MergeError"),
     "MissingDependencyError": ("rlds_writer.errors", "MissingDependencyError"),
+    "NotADatasetError": ("rlds_writer.errors", "NotADatasetError"),
 }
 
 # Names whose attribute is a factory returning the real object.
