@@ -22,12 +22,17 @@ from rlds_writer.store import layout
 # answer at once, not a walk of the disk.
 _MAX_DEPTH = 3
 _MAX_ENTRIES = 5000
+_FILES = (layout.DATASET_INFO, layout.FEATURES)
 
 
 def require_dataset(path: epath.PathLike) -> None:
     """Raises `NotADatasetError` unless `path` holds `dataset_info.json` and `features.json`."""
-    root = epath.Path(path)
-    if (root / layout.DATASET_INFO).is_file() and (root / layout.FEATURES).is_file():
+    if layout.is_local(path):
+        # os.path, not epath: the reader must not look for TensorFlow (epath does).
+        root = os.fspath(path)
+        if all(os.path.isfile(os.path.join(root, f)) for f in _FILES):
+            return
+    elif all((epath.Path(path) / f).is_file() for f in _FILES):
         return
     raise not_a_dataset(path)
 
