@@ -129,6 +129,22 @@ def test_the_command_line_names_the_extra_to_install(tmp_path, catch, case):
     assert not (tmp_path / "out").exists()
 
 
+def test_nothing_optional_is_needed_to_import_or_to_ask_for_help():
+    code = BLOCKER + (
+        "import rlds_writer, rlds_writer.cli, rlds_writer.interop\n"
+        "from rlds_writer.cli.main import main\n"
+        "for argv in (['--help'], ['convert', '--help'], ['export', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit as e:\n"
+        "        assert e.code == 0, e\n"
+        "print('ok')\n"
+    )
+    result = _python(code, list(errors.OPTIONAL_MODULES))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("ok")
+
+
 def test_import_never_fails_and_using_the_feature_names_the_extra():
     code = BLOCKER + (
         "import rlds_writer\n"
