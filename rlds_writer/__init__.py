@@ -5,25 +5,40 @@ docs/architecture.md): `record` (adapters and the recorder) -> `store` (the
 disk format and the dataset writer); `read` (the TF-free reading path);
 `maintain` (recover, merge, inspect, statistics); `interop` (other formats in
 and out); `cli`. Heavy modules (TensorFlow, TFDS) are imported only when a name
-that needs them is first used, so `import rlds_writer` stays cheap.
+that needs them is first used, so `import rlds_writer` stays cheap, and it
+never fails for a missing optional library: using a name that needs one raises
+`MissingDependencyError`, naming the extra to install.
+
+TensorFlow is quiet: its C++ log lines below warnings are off
+(`TF_CPP_MIN_LOG_LEVEL=2` unless the variable is set), and the notices it
+prints while it is imported, before it reads that variable (oneDNN, CPU
+instructions, absl's "All log messages before absl::InitializeLog()"), are
+held back by the same rule. Set `TF_CPP_MIN_LOG_LEVEL=0` before importing us
+to see everything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.abc
 import importlib.util
 import os
+import re
 import sys
+import tempfile
 import types
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 __version__ = "0.1.0"
 
 # TensorFlow's C++ start-up and tf.data info lines drown a recorder's own
 # output; a user who wants them sets the variable before importing us.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+_TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
+_TF_LOG_LEVEL_OURS = _TF_LOG_LEVEL not in os.environ
+os.environ.setdefault(_TF_LOG_LEVEL, "2")
 
 # public name -> (module, attribute)
 _EXPORTS = {
@@ -79,6 +94,7 @@ _EXPORTS = {
     "DiskFullError": ("rlds_writer.errors", "DiskFullError"),
     "MergeError": ("rlds_writer.errors", "MergeError"),
     "MissingDependencyError": ("rlds_writer.errors", "MissingDependencyError"),
+    "NotADatasetError": ("rlds_writer.errors", "NotADatasetError"),
 }
 
 # Names whose attribute is a factory returning the real object.
@@ -90,8 +106,12 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'rlds_writer' has no attribute {name!r}")
+    from rlds_writer.errors import optional_dependencies
+
     module_name, attr = _EXPORTS[name]
-    value = getattr(importlib.import_module(module_name), attr)
+    # RecordRLDS without gymnasium, RLDSRecorder without ray...: one clear line.
+    with optional_dependencies(f"rlds_writer.{name}"):
+        value = getattr(importlib.import_module(module_name), attr)
     if name in _FACTORIES:
         value = value()
     globals()[name] = value
@@ -151,3 +171,122 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
     sys.meta_path.append(_MovedModuleFinder())
+
+
+# The notices TensorFlow writes to stderr while it is imported, before it reads
+# TF_CPP_MIN_LOG_LEVEL: absl-format lines ("I0000 00:00:... port.cc:153] oneDNN
+# custom operations are on...") and absl's own preamble. TF 2.21 prints them
+# whatever the variable says; only TF_ENABLE_ONEDNN_OPTS=0 (which changes
+# numerics) stops the oneDNN one. We apply the variable to them ourselves.
+_ABSL_LINE = re.compile(rb"^([IWEF])\d{4} [\d:.]+ +\d+ \S+:\d+\] ")
+_ABSL_PREAMBLE = b"WARNING: All log messages before absl::InitializeLog() is called"
+# The second line of TF's cpu_feature_guard notice.
+_CONTINUATION = b"To enable the following instructions"
+_SEVERITIES = b"IWEF"
+
+
+def _min_log_level() -> int:
+    try:
+        return int(os.environ.get(_TF_LOG_LEVEL, "0"))
+    except ValueError:
+        return 0
+
+
+def _below_level(output: bytes, level: int) -> bytes:
+    """`output` without the absl lines whose severity is below `level`."""
+    kept = []
+    dropped = False
+    for line in output.splitlines(keepends=True):
+        match = _ABSL_LINE.match(line)
+        if match:
+            dropped = _SEVERITIES.index(match.group(1)) < level
+        elif line.startswith(_ABSL_PREAMBLE):
+            dropped = level >= 1
+        elif not (dropped and line.startswith(_CONTINUATION)):
+            dropped = False
+        if not dropped:
+            kept.append(line)
+    return b"".join(kept)
+
+
+@contextlib.contextmanager
+def _stderr_filtered(level: int) -> Iterator[None]:
+    """Holds back what is written to file descriptor 2, then writes it minus the notices.
+
+    Everything else written meanwhile (other threads, Python warnings, an
+    error while importing) is written out afterwards, in order.
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, AttributeError, ValueError):  # no usable stderr: nothing to filter
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, AttributeError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            rest = _below_level(held.read(), level)
+            if rest:
+                os.write(2, rest)
+
+
+class _QuietTensorFlowLoader(importlib.abc.Loader):
+    """Runs TensorFlow's own loader with its import notices filtered (`_below_level`)."""
+
+    def __init__(self, loader: Any, level: int):
+        self._loader = loader
+        self._level = level
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        # The module keeps TensorFlow's loader (resources, reloads): we only wrap this call.
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        with _stderr_filtered(self._level):
+            self._loader.exec_module(module)
+
+
+class _QuietTensorFlowFinder(importlib.abc.MetaPathFinder):
+    """Finds `tensorflow` as the other finders do, with `_QuietTensorFlowLoader` around it."""
+
+    def __init__(self) -> None:
+        self._finding = False
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != "tensorflow" or self._finding:
+            return None
+        level = _min_log_level()
+        if level < 1:  # the user asked for everything
+            return None
+        self._finding = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._finding = False
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _QuietTensorFlowLoader(spec.loader, level)
+        return spec
+
+
+def _show_tensorflow_logs() -> None:
+    """Lets TensorFlow log as it would without us (`rlds-writer --verbose`).
+
+    A level the user set stays; only our default is taken back.
+    """
+    if _TF_LOG_LEVEL_OURS:
+        os.environ.pop(_TF_LOG_LEVEL, None)
+
+
+if not any(type(f).__name__ == "_QuietTensorFlowFinder" for f in sys.meta_path):
+    sys.meta_path.insert(0, _QuietTensorFlowFinder())

@@ -1,12 +1,18 @@
-"""Exceptions raised by rlds_writer.
+"""Exceptions raised by rlds_writer, and the wording they share.
 
 Every error that concerns a value names the field path, what was expected and
-what arrived, so that a bad step can be found from the message alone.
+what arrived, so that a bad step can be found from the message alone. A
+missing optional library is worded here too (`OPTIONAL_MODULES`: which extra
+installs it), and `counted` makes numbers agree with their nouns.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
+import types
+from collections.abc import Callable, Iterator
 
 
 class RLDSWriterError(Exception):
@@ -34,7 +40,22 @@ class EncodingError(RLDSWriterError, ValueError):
 
 
 class DatasetExistsError(RLDSWriterError, FileExistsError):
-    """The target directory already holds a dataset and no mode was given."""
+    """The target directory already holds a dataset and no mode was given.
+
+    Attributes:
+      directory: the directory, when choosing a `mode` (append, overwrite)
+        resolves it; else None. The command line words that advice as `--mode`.
+    """
+
+    def __init__(self, message: str, directory: str | None = None):
+        super().__init__(message)
+        self.directory = directory
+
+    def __str__(self) -> str:
+        return self.args[0] if self.args else ""
+
+    def __reduce__(self) -> tuple:
+        return type(self), (str(self), self.directory)
 
 
 class IncompatibleDatasetError(RLDSWriterError, ValueError):
@@ -135,5 +156,156 @@ class MergeError(RLDSWriterError):
     """A merge cannot go on (an unfinished merge of other sources, a vanished shard)."""
 
 
-class MissingDependencyError(RLDSWriterError, ImportError):
-    """An optional library a function needs cannot be imported; the message says how to get it."""
+class NotADatasetError(RLDSWriterError, FileNotFoundError):
+    """A path given as a dataset is not one (`store.locate.require_dataset` words it).
+
+    Attributes:
+      path: the path as given.
+      reason: what is there instead (it does not exist, it is a file, ...).
+      datasets: datasets found below the path (a directory of datasets), for
+        the caller to offer; empty if none.
+    """
+
+    def __init__(self, path: str, reason: str, datasets: list[str] | None = None):
+        self.path = path
+        self.reason = reason
+        self.datasets = list(datasets or [])
+        super().__init__(self.message(lambda d: f"rlds_writer.open_dataset({d!r})"))
+
+    def message(self, open_command: Callable[[str], str] | None = None) -> str:
+        """The one-line message; `open_command(dataset)` words how to open one found below.
+
+        Without `open_command`, the message stops before the datasets below.
+        """
+        text = (
+            f"{self.path}: not an RLDS dataset directory (expected one with "
+            f"dataset_info.json and features.json): {self.reason}"
+        )
+        if not self.datasets or open_command is None:
+            return text
+        shown = self.datasets[:_MAX_LISTED]
+        more = len(self.datasets) - len(shown)
+        listed = ", ".join(open_command(d) for d in shown) + (f" (and {more} more)" if more else "")
+        found = counted(len(self.datasets), "dataset")
+        return f"{text}; {found} below it, {'open it' if len(shown) == 1 else 'pick one'}: {listed}"
+
+    def __str__(self) -> str:
+        return self.args[0] if self.args else ""
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.path, self.reason, self.datasets)
+
+
+_MAX_LISTED = 10
+
+
+class MissingDependencyError(RLDSWriterError, ModuleNotFoundError):
+    """An optional library a feature needs is not installed; the message says how to get it.
+
+    A `ModuleNotFoundError` (so an `ImportError`), for code that already
+    catches those. Raised when the feature is used, never by `import rlds_writer`.
+
+    Attributes:
+      name: the module that is missing (as on `ModuleNotFoundError`).
+      feature: what needed it.
+      extra: the `rlds_writer` extra that installs it, or None.
+    """
+
+    def __init__(
+        self, message: str, *, name: str | None = None, feature: str = "", extra: str | None = None
+    ):
+        super().__init__(message, name=name)
+        self.feature = feature
+        self.extra = extra
+
+    def __reduce__(self) -> tuple:
+        state = {"name": self.name, "feature": self.feature, "extra": self.extra}
+        return _rebuild_missing_dependency, (str(self), state)
+
+
+def _rebuild_missing_dependency(message: str, state: dict) -> MissingDependencyError:
+    return MissingDependencyError(message, **state)
+
+
+# The optional modules (import names) and the extra of setup.py's
+# `extras_require` that installs each: the one place that says which extra a
+# missing module needs. A feature in several extras' reach (pyarrow: `convert`
+# and `lerobot`) may name its own extra to `missing_dependency`.
+OPTIONAL_MODULES = {
+    "gymnasium": "gymnasium",
+    "matplotlib": "plot",
+    "datasets": "hf",
+    "h5py": "convert",
+    "minari": "convert",
+    "msgpack": "convert",
+    "msgpack_numpy": "convert",
+    "pyarrow": "convert",
+    "pandas": "lerobot",
+    "av": "lerobot",
+    "ray": "rllib",
+    "torch": "torch",
+    "pettingzoo": "pettingzoo",
+    "simplejpeg": "reader",
+    "apache_beam": "beam",
+}
+
+
+def pip_install(extra: str) -> str:
+    """The command that installs an extra (quoted: brackets are globs in zsh)."""
+    return f'pip install "rlds_writer[{extra}]"'
+
+
+def missing_dependency(
+    module: str, feature: str, extra: str | None = None
+) -> MissingDependencyError:
+    """The error for `feature` when the optional `module` is not installed.
+
+    Args:
+      module: the module that cannot be imported (a submodule counts as its package).
+      feature: what needs it, in words the user recognises ("plotting statistics").
+      extra: the extra that installs it; default `OPTIONAL_MODULES[module]`.
+    """
+    top = module.partition(".")[0]
+    extra = extra or OPTIONAL_MODULES.get(top)
+    advice = pip_install(extra) if extra else f"pip install {top}"
+    return MissingDependencyError(
+        f"{feature} needs {top}, which is not installed: {advice}",
+        name=top,
+        feature=feature,
+        extra=extra,
+    )
+
+
+def import_optional(module: str, feature: str, extra: str | None = None) -> types.ModuleType:
+    """Imports an optional module, or raises `missing_dependency(module, feature, extra)`."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if isinstance(e, MissingDependencyError) or not _is_optional(e):
+            raise
+        raise missing_dependency(e.name or module, feature, extra) from e
+
+
+@contextlib.contextmanager
+def optional_dependencies(feature: str, extra: str | None = None) -> Iterator[None]:
+    """Turns an optional module missing inside the block into `MissingDependencyError`.
+
+    For a feature's entry point (a dispatcher, a lazily loaded name): every
+    import below it is covered, however deep. Other `ModuleNotFoundError`s
+    (not optional modules of ours) pass unchanged.
+    """
+    try:
+        yield
+    except ModuleNotFoundError as e:
+        if isinstance(e, MissingDependencyError) or not _is_optional(e):
+            raise
+        raise missing_dependency(e.name or "", feature, extra) from e
+
+
+def _is_optional(error: ModuleNotFoundError) -> bool:
+    return (error.name or "").partition(".")[0] in OPTIONAL_MODULES
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`n` and the noun that agrees with it: "1 episode", "3 episodes"."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

@@ -1,11 +1,20 @@
-"""Recording and loading our own datasets print nothing the user did not ask for."""
+"""Recording, loading and every command print nothing the user did not ask for.
+
+No TensorFlow, absl or oneDNN line (not even those TensorFlow prints while it
+is imported, before it reads TF_CPP_MIN_LOG_LEVEL), no progress bar in a
+pipe; `--verbose` or the user's own TF_CPP_MIN_LOG_LEVEL lets TensorFlow log.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
+
+import numpy as np
+import pytest
 
 SCRIPT = """
     import rlds_writer
@@ -22,39 +31,181 @@ SCRIPT = """
     print("ok")
 """
 
+BIN = os.path.join(os.path.dirname(sys.executable), "rlds-writer")
+ABSL_LINE = re.compile(r"^[IWEF]\d{4} ")
+
+
+def _user_env(**extra):
+    """The environment of a user's fresh shell: no TF_CPP_MIN_LOG_LEVEL of ours."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    return dict(env, CUDA_VISIBLE_DEVICES="", **extra)
+
+
+def _cli(*args, env=None):
+    result = subprocess.run(
+        [BIN, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env or _user_env(),
+        timeout=600,
+    )
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    return result
+
 
 def test_recording_catch_and_loading_it_prints_no_log_lines(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     code = f"OUT = {str(tmp_path / 'ds')!r}\n" + textwrap.dedent(SCRIPT)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_user_env()
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
-    assert _ours(result.stderr) == [], result.stderr
+    # Not even TensorFlow's oneDNN and absl notices at its import.
+    assert result.stderr == ""
 
 
-# TensorFlow 2.21 prints these two lines at import on CPUs where it enables
-# oneDNN, whatever TF_CPP_MIN_LOG_LEVEL says (tried 2 and 3, GLOG_minloglevel,
-# ABSL_MIN_LOG_LEVEL); only TF_ENABLE_ONEDNN_OPTS=0 silences them, and that
-# changes the user's TF numerics, so we leave them.
-_TF_IMPORT_NOTICE = (
+def test_the_readmes_first_command_prints_nothing_on_stderr(tmp_path):
+    out = tmp_path / "catch_dataset"
+    result = _cli("record", "--output", out, "--episodes", 100, "--mode", "overwrite")
+    assert result.stderr == ""
+    assert "Recorded 100 episodes (900 transitions)" in result.stdout
+
+
+@pytest.fixture(scope="module")
+def catch(tmp_path_factory):
+    path = tmp_path_factory.mktemp("quiet") / "ds"
+    _cli("record", "--output", path, "--episodes", 3, "--no-load-back")
+    return path
+
+
+# Every command on a small dataset; SRC is the dataset, OUT a new path.
+COMMANDS = {
+    "info": ["info", "SRC"],
+    "validate": ["validate", "SRC"],
+    "stats": ["stats", "SRC"],
+    "stats --per-dimension": ["stats", "SRC", "--per-dimension"],
+    "stats --plot": ["stats", "SRC", "--plot", "OUT.png"],
+    "recover": ["recover", "SRC"],
+    "merge": ["merge", "SRC", "-o", "OUT"],
+    "show": ["show", "SRC", "--out", "OUT.gif"],
+    "export --to hf": ["export", "SRC", "OUT", "--to", "hf"],
+    "export --to rllib-episodes": ["export", "SRC", "OUT", "--to", "rllib-episodes"],
+    "export --to lerobot": ["export", "SRC", "OUT", "--to", "lerobot"],
+    "export --to d3rlpy": ["export", "SRC", "OUT.h5", "--to", "d3rlpy"],
+    "export --to minari": ["export", "SRC", "catch/quiet-v0", "--to", "minari"],
+}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_prints_nothing_on_stderr(tmp_path, catch, command):
+    out = str(tmp_path / "out")
+    argv = [a.replace("SRC", str(catch)).replace("OUT", out) for a in COMMANDS[command]]
+    env = _user_env(MINARI_DATASETS_PATH=str(tmp_path / "minari"))
+    result = _cli(*argv, env=env)
+    # No TensorFlow, absl or oneDNN line, and no progress bar: stderr is a pipe.
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize("source", ["npz-dir", "lerobot"])
+def test_convert_prints_nothing_on_stderr(tmp_path, catch, source):
+    if source == "npz-dir":
+        src = tmp_path / "npz"
+        src.mkdir()
+        rng = np.random.default_rng(0)
+        for i in range(3):
+            np.savez(
+                src / f"episode_{i}.npz",
+                observations=rng.normal(size=(6, 2)).astype(np.float32),
+                actions=rng.integers(0, 3, size=5),
+                rewards=rng.normal(size=5).astype(np.float32),
+                terminals=np.array([0, 0, 0, 0, 1], dtype=bool),
+            )
+    else:
+        src = tmp_path / "lerobot"
+        assert _cli("export", catch, src, "--to", "lerobot").stderr == ""
+    result = _cli("convert", "--from", source, src, tmp_path / "ds")
+    assert result.stderr == ""
+
+
+def _tf_prints_log_lines_at_import(env):
+    """Whether TensorFlow alone, without us, writes absl lines at import (CPU-dependent)."""
+    result = subprocess.run(
+        [sys.executable, "-c", "import tensorflow"], capture_output=True, text=True, env=env
+    )
+    return [line for line in result.stderr.splitlines() if ABSL_LINE.match(line)]
+
+
+def test_verbose_and_a_users_tf_cpp_min_log_level_let_tensorflow_log(catch):
+    if not _tf_prints_log_lines_at_import(_user_env(TF_CPP_MIN_LOG_LEVEL="0")):
+        pytest.skip("this TensorFlow prints no log line at import on this machine")
+    verbose = _cli("--verbose", "validate", catch)
+    assert any(ABSL_LINE.match(line) for line in verbose.stderr.splitlines()), verbose.stderr
+    users = _cli("validate", catch, env=_user_env(TF_CPP_MIN_LOG_LEVEL="0"))
+    assert any(ABSL_LINE.match(line) for line in users.stderr.splitlines()), users.stderr
+
+
+# A stand-in `tensorflow` package writing what TensorFlow writes at import,
+# and a line of someone else's, to file descriptor 2.
+FAKE_TENSORFLOW = r"""
+import os
+for line in (
     "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
-    "oneDNN custom operations are on.",
+    "I0000 00:00:1795654068.963506   28117 port.cc:153] oneDNN custom operations are on.",
+    "I0000 00:00:1795654068.963506   28117 cpu_feature_guard.cc:227] This TensorFlow binary",
+    "To enable the following instructions: AVX2 FMA, in other operations, rebuild",
+    "W0000 00:00:1795654068.963506   28117 some.cc:1] a warning",
+    "E0000 00:00:1795654068.963506   28117 some.cc:2] an error",
+    "a line of someone else",
+):
+    os.write(2, line.encode() + b"\n")
+if os.environ.get("FAIL"):
+    raise ImportError("the import failed")
+"""
+
+
+def _fake_tensorflow(tmp_path, **extra):
+    package = tmp_path / "fake" / "tensorflow"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(FAKE_TENSORFLOW)
+    path = os.pathsep.join([str(tmp_path / "fake"), os.environ.get("PYTHONPATH", "")])
+    return _user_env(PYTHONPATH=path, **extra)
+
+
+@pytest.mark.parametrize(
+    "level, kept",
+    [
+        (None, ["E0000", "a line of someone else"]),
+        ("1", ["W0000", "E0000", "a line of someone else"]),
+        ("3", ["a line of someone else"]),
+        ("0", ["WARNING: All log", "I0000", "I0000", "To enable", "W0000", "E0000", "a line"]),
+    ],
 )
+def test_only_tensorflows_log_lines_below_the_level_are_held_back_at_its_import(
+    tmp_path, level, kept
+):
+    env = _fake_tensorflow(tmp_path)
+    if level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = level
+    code = "import rlds_writer, tensorflow; assert 'fake' in tensorflow.__file__"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == len(kept), lines
+    assert all(line.startswith(start) for line, start in zip(lines, kept)), lines
 
 
-def _ours(stderr: str) -> list[str]:
-    return [
-        line
-        for line in stderr.splitlines()
-        if line.strip() and not any(notice in line for notice in _TF_IMPORT_NOTICE)
-    ]
+def test_an_import_that_fails_keeps_its_output_and_its_error(tmp_path):
+    env = _fake_tensorflow(tmp_path, FAIL="1")
+    code = "import rlds_writer, tensorflow"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert result.returncode == 1
+    assert "a line of someone else" in result.stderr
+    assert "ImportError: the import failed" in result.stderr
+    assert "oneDNN" not in result.stderr
 
 
 def test_version_is_printed():
-    bin_dir = os.path.dirname(sys.executable)
-    result = subprocess.run(
-        [os.path.join(bin_dir, "rlds-writer"), "--version"], capture_output=True, text=True
-    )
+    result = subprocess.run([BIN, "--version"], capture_output=True, text=True)
     assert result.returncode == 0
     import rlds_writer
 

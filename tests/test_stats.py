@@ -127,7 +127,7 @@ def test_split_selection_and_unknown_split(dataset):
 
 
 def test_missing_dataset_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="holds no dataset"):
+    with pytest.raises(FileNotFoundError, match="not an RLDS dataset directory.*empty"):
         statistics.compute_statistics(tmp_path)
 
 

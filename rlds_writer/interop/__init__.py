@@ -29,18 +29,115 @@ or `cli`.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 from typing import Any
 
+from rlds_writer.errors import optional_dependencies
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """A format `convert` reads or `export` writes: its code and how to describe it.
+
+    The command line builds its choices and help from these, so they cannot drift.
+
+    Attributes:
+      code: the module with its `convert`/`export`, or "module:function".
+      title: what it is, in a user's words ("Minari datasets").
+      path: what SRC (convert) or DEST (export) is for it.
+      extra: the setup.py extra(s) that install its libraries ("rllib,convert"),
+        or None if the core install has them.
+    """
+
+    code: str
+    title: str
+    path: str
+    extra: str | None = None
+
+    def run(self, feature: str, *args: Any, **options: Any) -> Any:
+        """Calls the format's function with `args`, `options`.
+
+        A missing optional library is a `MissingDependencyError` naming `feature`
+        ("converting Minari datasets") and the extra to install.
+        """
+        module, _, function = self.code.partition(":")
+        with optional_dependencies(feature, self.extra):
+            return getattr(importlib.import_module(module), function)(*args, **options)
+
+
+# The sources of `convert(source_format, ...)`.
 FORMATS = {
-    "minari": "rlds_writer.interop.minari",
-    "d4rl-hdf5": "rlds_writer.interop.d4rl",
-    "rllib-episodes": "rlds_writer.interop.rllib_episodes",
-    "lerobot": "rlds_writer.interop.lerobot",
-    # One module, two layouts: "module:function".
-    "npz-dir": "rlds_writer.interop.array_episodes:convert_npz",
-    "hdf5-episodes": "rlds_writer.interop.array_episodes:convert_hdf5",
+    "minari": Format(
+        "rlds_writer.interop.minari:convert",
+        "Minari datasets",
+        "a Minari dataset directory or local dataset id",
+        "convert",
+    ),
+    "d4rl-hdf5": Format(
+        "rlds_writer.interop.d4rl:convert", "D4RL-style HDF5 files", "an .hdf5 file", "convert"
+    ),
+    "rllib-episodes": Format(
+        "rlds_writer.interop.rllib_episodes:convert",
+        "RLlib offline episode output",
+        "the directory given to RLlib's config.offline_data(output=...)",
+        "rllib,convert",
+    ),
+    "lerobot": Format(
+        "rlds_writer.interop.lerobot:convert",
+        "LeRobot v3.0 datasets",
+        "a LeRobot dataset directory",
+        "lerobot",
+    ),
+    "npz-dir": Format(
+        "rlds_writer.interop.array_episodes:convert_npz",
+        "episodes as .npz files (or directories of .npy files)",
+        "a directory of them, one per episode",
+    ),
+    "hdf5-episodes": Format(
+        "rlds_writer.interop.array_episodes:convert_hdf5",
+        "HDF5 files of episode groups",
+        "an .hdf5 file with one group per episode",
+        "convert",
+    ),
+}
+
+
+# The targets of `export(src, dest, to=...)` (`rlds_writer.interop.export`).
+EXPORT_FORMATS = {
+    "minari": Format(
+        "rlds_writer.interop.export_minari:export",
+        "Minari datasets",
+        "a Minari dataset id (e.g. cartpole/random-v0), created in the local Minari root "
+        "(MINARI_DATASETS_PATH); minari.load_dataset(DEST) opens it",
+        "convert",
+    ),
+    "rllib-episodes": Format(
+        "rlds_writer.interop.export_rllib:export",
+        "RLlib offline input",
+        "a new directory for config.offline_data(input_=[DEST])",
+        "rllib,convert",
+    ),
+    "hf": Format(
+        "rlds_writer.interop.export_hf:export",
+        "Hugging Face datasets",
+        "a new directory for datasets.load_dataset(DEST)",
+        "hf",
+    ),
+    "d3rlpy": Format(
+        "rlds_writer.interop.export_d3rlpy:export",
+        "d3rlpy dataset files",
+        "a new HDF5 file for d3rlpy.dataset.ReplayBuffer.load(DEST, "
+        "d3rlpy.dataset.InfiniteBuffer())",
+        "convert",
+    ),
+    "lerobot": Format(
+        "rlds_writer.interop.export_lerobot:export",
+        "LeRobot v3.0 datasets",
+        "a new directory for LeRobotDataset(repo_id, root=DEST)",
+        "lerobot",
+    ),
 }
 
 
@@ -63,10 +160,12 @@ def convert(
 
     Raises:
       ValueError: for an unknown format.
+      MissingDependencyError: the format's optional libraries are not installed
+        (the message names the extra to install).
     """
     if source_format not in FORMATS:
         raise ValueError(
             f"unknown source format {source_format!r}; expected one of {list(FORMATS)}"
         )
-    module, _, function = FORMATS[source_format].partition(":")
-    return getattr(importlib.import_module(module), function or "convert")(src, dest, **options)
+    source = FORMATS[source_format]
+    return source.run(f"converting {source.title}", src, dest, **options)

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import SpecError
+from rlds_writer.errors import SpecError, counted
 from rlds_writer.record.config import (
     DEFAULT_IMAGE_ENCODING,
     DEFAULT_JPEG_QUALITY,
@@ -114,7 +114,8 @@ class ConversionReport:
 
     def summary(self) -> str:
         text = (
-            f"{self.episodes} episodes ({self.steps} steps; {self.terminated} terminated, "
+            f"{counted(self.episodes, 'episode')} ({counted(self.steps, 'step')}; "
+            f"{self.terminated} terminated, "
             f"{self.truncated} truncated) from {self.source} to {self.destination}"
         )
         return "\n".join([text, *(f"note: {n}" for n in self.notes)])

@@ -24,26 +24,22 @@ in the report.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import SpecError
+from rlds_writer.errors import SpecError, counted, optional_dependencies
+from rlds_writer.interop import EXPORT_FORMATS
 from rlds_writer.read.decode import map_tree
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.read.transitions import CUT_SHORT_MODES, episode_end
 from rlds_writer.store import features as features_json
+from rlds_writer.store.locate import require_dataset
 
-FORMATS = {
-    "minari": "rlds_writer.interop.export_minari",
-    "rllib-episodes": "rlds_writer.interop.export_rllib",
-    "hf": "rlds_writer.interop.export_hf",
-    "d3rlpy": "rlds_writer.interop.export_d3rlpy",
-    "lerobot": "rlds_writer.interop.export_lerobot",
-}
+# The targets (`export --to`) are listed with the sources in `rlds_writer.interop`.
+FORMATS = EXPORT_FORMATS
 
 # The step fields every RLDS dataset may have; anything else is step metadata.
 STANDARD_STEP_FIELDS = (
@@ -92,11 +88,22 @@ class ExportReport:
 
     def summary(self) -> str:
         text = (
-            f"{self.episodes} episodes ({self.transitions} transitions; {self.terminated} "
-            f"terminated, {self.truncated} truncated) from {self.source} to {self.format} "
+            f"{counted(self.episodes, 'episode')} ({counted(self.transitions, 'transition')}; "
+            f"{self.terminated} terminated, {self.truncated} truncated) from {self.source} to "
+            f"{self.format} "
             f"{self.destination}"
         )
         return "\n".join([text, *(f"note: {n}" for n in self.notes)])
+
+
+def needs_libraries(to: str) -> Any:
+    """Decorates format `to`'s own `export` (public as `rlds_writer.export_<format>`).
+
+    A library of the format missing inside it becomes a `MissingDependencyError`
+    naming the extra to install, as through `export(..., to=...)`.
+    """
+    target = FORMATS[to]
+    return optional_dependencies(f"exporting to {target.title}", target.extra)
 
 
 def check_cut_short(cut_short: str) -> None:
@@ -126,14 +133,10 @@ def open_source(src: os.PathLike | str, split: str) -> Any:
     """Opens an RLDS dataset for export and checks that `split` exists.
 
     Raises:
-      FileNotFoundError: if `src` holds no dataset.
+      NotADatasetError: `src` is not a dataset.
       ValueError: for an unknown split.
     """
-    if not os.path.isfile(os.path.join(os.fspath(src), "dataset_info.json")):
-        raise FileNotFoundError(
-            f"{src}: not an RLDS dataset directory (no dataset_info.json); pass the directory "
-            "a recorder or `rlds-writer convert` wrote"
-        )
+    require_dataset(src)
     reader = open_dataset(src)
     if split not in reader.splits:
         raise ValueError(
@@ -179,11 +182,13 @@ def source_episodes(
         yield episode, end
     if report.cut_short:
         verb = "left out" if cut_short == "drop" else "exported as truncated"
-        report.notes.append(f"{report.cut_short} episodes cut short by the recorder were {verb}")
+        episodes = counted(report.cut_short, "episode")
+        were = "was" if report.cut_short == 1 else "were"
+        report.notes.append(f"{episodes} cut short by the recorder {were} {verb}")
     if too_short:
         report.notes.append(
-            f"{too_short} episodes of fewer than {min_steps} RLDS steps (no transition) were "
-            "skipped"
+            f"{counted(too_short, 'episode')} of fewer than {min_steps} RLDS steps (no "
+            f"transition) {'was' if too_short == 1 else 'were'} skipped"
         )
 
 
@@ -388,8 +393,10 @@ def export(
 
     Raises:
       ValueError: for an unknown format.
+      MissingDependencyError: the format's optional libraries are not installed
+        (the message names the extra to install).
     """
     if to not in FORMATS:
         raise ValueError(f"unknown export format {to!r}; expected one of {list(FORMATS)}")
-    module = importlib.import_module(FORMATS[to])
-    return module.export(src, dest, **options)
+    target = FORMATS[to]
+    return target.run(f"exporting to {target.title}", src, dest, **options)

@@ -50,6 +50,7 @@ from rlds_writer.errors import MissingDependencyError, SpecError
 from rlds_writer.interop.export import (
     ExportReport,
     check_cut_short,
+    needs_libraries,
     open_source,
     source_episodes,
     step_metadata,
@@ -211,6 +212,7 @@ def _count(report: ExportReport, actions: np.ndarray, terminated: bool) -> None:
         report.truncated += 1
 
 
+@needs_libraries("d3rlpy")
 def export(
     src: os.PathLike | str,
     dest: os.PathLike | str,

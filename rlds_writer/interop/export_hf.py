@@ -34,6 +34,7 @@ from rlds_writer.interop.export import (
     ExportReport,
     check_cut_short,
     episode_metadata,
+    needs_libraries,
     new_output_directory,
     open_source,
     source_episodes,
@@ -189,6 +190,7 @@ class _Tables:
         self.writers = {}
 
 
+@needs_libraries("hf")
 def export(
     src: os.PathLike | str,
     dest: os.PathLike | str,

@@ -42,6 +42,7 @@ from rlds_writer.interop.export import (
     ExportReport,
     check_cut_short,
     episode_metadata,
+    needs_libraries,
     new_output_directory,
     open_source,
     source_episodes,
@@ -85,6 +86,7 @@ def _episode_columns(reader: Any) -> list[dict[str, Any]]:
     return out
 
 
+@needs_libraries("lerobot")
 def export(
     src: os.PathLike | str,
     dest: os.PathLike | str,

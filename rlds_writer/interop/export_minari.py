@@ -45,6 +45,7 @@ from rlds_writer.interop.export import (
     env_spec,
     episode_metadata,
     info_columns,
+    needs_libraries,
     num_steps,
     open_source,
     source_episodes,
@@ -167,6 +168,7 @@ def _dataset_path(dataset_id: str) -> Path:
     return path
 
 
+@needs_libraries("minari")
 def export(
     src: os.PathLike | str,
     dest: str,

@@ -54,6 +54,7 @@ from rlds_writer.interop.export import (
     env_spec,
     episode_metadata,
     info_columns,
+    needs_libraries,
     new_output_directory,
     num_steps,
     open_source,
@@ -221,6 +222,7 @@ def _column_value(value: Any, where: str) -> Any:
     return arr.tolist() if arr.ndim else arr.item()
 
 
+@needs_libraries("rllib-episodes")
 def export(
     src: os.PathLike | str,
     dest: os.PathLike | str,

@@ -1,4 +1,4 @@
-"""MP4 camera streams for LeRobot `video` features, encoded with PyAV (`pip install av`).
+"""MP4 camera streams for LeRobot `video` features, encoded with PyAV (the `lerobot` extra).
 
 LeRobot v3.0 keeps each camera as `videos/<key>/chunk-XXX/file-XXX.mp4`:
 consecutive episodes are appended to one file, which is closed and the next
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import SpecError, UnsupportedFeatureError
+from rlds_writer.errors import SpecError, import_optional
 from rlds_writer.interop import lerobot_layout as layout
 
 CODECS = ("h264", "libsvtav1")
@@ -42,13 +42,7 @@ class VideoStreams:
         chunks_size: int,
         codec: str = "h264",
     ):
-        try:
-            import av  # noqa: F401
-        except ImportError:
-            raise UnsupportedFeatureError(
-                "video=True needs PyAV to encode MP4: pip install av (or export without --video: "
-                "images are then PNG 'image' features)"
-            ) from None
+        import_optional("av", "encoding cameras as MP4 (video=True; else they are PNG images)")
         if codec not in CODECS:
             raise ValueError(f"video codec must be one of {CODECS}, got {codec!r}")
         self.root, self.shapes, self.fps, self.codec = root, shapes, fps, codec
@@ -142,13 +136,7 @@ class VideoFrames:
     """Decodes LeRobot camera files episode by episode, reading each file once, in order."""
 
     def __init__(self, root: Path, info: dict[str, Any]):
-        try:
-            import av  # noqa: F401
-        except ImportError:
-            raise UnsupportedFeatureError(
-                "this LeRobot dataset keeps cameras as MP4 video features; decoding them needs "
-                "PyAV: pip install av"
-            ) from None
+        import_optional("av", "decoding this LeRobot dataset's MP4 cameras")
         self.root, self.template = root, str(info.get("video_path") or layout.VIDEO_PATH)
         self.tolerance = 0.5 / float(info["fps"])
         self.open: dict[str, dict[str, Any]] = {}

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_writer.errors import counted
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
 from rlds_writer.store.layout import jsonable
 
@@ -226,5 +227,6 @@ def convert(
     )
     unfinished = report.truncated
     if unfinished:
-        report.notes.append(f"{unfinished} episodes were truncated or unfinished")
+        were = "was" if unfinished == 1 else "were"
+        report.notes.append(f"{counted(unfinished, 'episode')} {were} truncated or unfinished")
     return report

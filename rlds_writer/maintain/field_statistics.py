@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_writer.errors import counted
 from rlds_writer.maintain.statistics import iter_step_columns
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.store import features as features_lib
@@ -234,8 +235,8 @@ def dataset_statistics(
 def format_field_statistics(stats: Mapping[str, Any], max_dims: int = 16) -> str:
     """Renders `dataset_statistics` output as a table, one row per dimension."""
     lines = [
-        f"split {stats['split']}: {stats['num_trajectories']} episodes, "
-        f"{stats['num_transitions']} transitions (final observation-only steps left out "
+        f"split {stats['split']}: {counted(stats['num_trajectories'], 'episode')}, "
+        f"{counted(stats['num_transitions'], 'transition')} (final observation-only steps left out "
         "for action, reward and discount)"
     ]
     columns = ("mean", "std", "min", "max", "q01", "q99")

@@ -15,10 +15,11 @@ from typing import Any
 
 from etils import epath
 
-from rlds_writer.errors import CorruptRecordError, DecodeError, WireError
+from rlds_writer.errors import CorruptRecordError, DecodeError, WireError, counted
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.store import features as features_lib
 from rlds_writer.store import layout, locking, shards, tfrecord, wire
+from rlds_writer.store.locate import require_dataset
 
 # ------------------------------------------------------------ record access
 
@@ -179,8 +180,9 @@ def info(path: epath.PathLike, *, count_steps: bool = True) -> dict[str, Any]:
       `problems` (what `recover` would fix, e.g. unlisted episodes).
 
     Raises:
-      FileNotFoundError: the directory holds no dataset_info.json.
+      NotADatasetError: `path` is not a dataset.
     """
+    require_dataset(path)
     path = epath.Path(path)
     dataset_info = layout.read_json(path / layout.DATASET_INFO)
     where = os.fspath(path / layout.DATASET_INFO)
@@ -266,10 +268,11 @@ def render_info(summary: dict[str, Any]) -> str:
         lines.append(f"  being written: {locking.describe_holder(summary['writer'])}")
     lines.append("splits:")
     for split, s in summary["splits"].items():
-        steps = "?" if s["steps"] is None else s["steps"]
+        steps = "? steps" if s["steps"] is None else counted(s["steps"], "step")
         lines.append(
-            f"  {split}: {s['episodes']} episodes, {steps} steps, {s['num_bytes']} bytes "
-            f"in {s['shards']} shards {s['shard_lengths'] if s['shards'] <= 12 else ''}".rstrip()
+            f"  {split}: {counted(s['episodes'], 'episode')}, {steps}, "
+            f"{counted(s['num_bytes'], 'byte')} in {counted(s['shards'], 'shard')} "
+            f"{s['shard_lengths'] if s['shards'] <= 12 else ''}".rstrip()
         )
     lines.append("features:")
     lines.extend("  " + line for line in render_features(summary["features"]))
@@ -455,7 +458,7 @@ def _check_shards(
             if problem or found != n:
                 # A damaged record is named as every tool names it (it carries the advice).
                 message = problem or (
-                    f"{layout.DATASET_INFO} lists {n} episodes, the file holds {found}; "
+                    f"{layout.DATASET_INFO} lists {counted(n, 'episode')}, the file holds {found}; "
                     "run `rlds-writer recover`"
                 )
                 if writing:
@@ -516,6 +519,7 @@ def validate(
     """
     import tensorflow_datasets as tfds
 
+    require_dataset(path)
     path = epath.Path(path)
     violations = _Violations(max_violations)
     info_json = layout.read_json(path / layout.DATASET_INFO)
@@ -570,7 +574,8 @@ def validate(
                 episodes += 1
         if episodes != sum(lengths) and not violations.full:
             violations.add(
-                f"decoded {episodes} episodes, {layout.DATASET_INFO} lists {sum(lengths)}",
+                f"decoded {counted(episodes, 'episode')}, {layout.DATASET_INFO} lists "
+                f"{sum(lengths)}",
                 split=split,
             )
         results[split] = {"episodes": episodes, "steps": total_steps}

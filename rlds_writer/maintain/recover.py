@@ -9,6 +9,7 @@ from __future__ import annotations
 from etils import epath
 
 from rlds_writer.store import layout
+from rlds_writer.store.locate import not_a_dataset
 from rlds_writer.store.locking import DirectoryLock
 from rlds_writer.store.recovery import RecoveryReport, ShardReport, run_recovery
 
@@ -39,7 +40,7 @@ def recover(
       A `RecoveryReport`.
 
     Raises:
-      FileNotFoundError: the directory does not exist.
+      NotADatasetError: `path` is not a directory, or holds no dataset.
       RecoveryError: `dataset_info.json` or `features.json` is missing or
         unreadable while shard files exist, names files outside the
         directory, or a merge into the directory was interrupted (rerun the
@@ -50,7 +51,7 @@ def recover(
     """
     path = epath.Path(path)
     if not path.is_dir():
-        raise FileNotFoundError(f"{path} is not a directory")
+        raise not_a_dataset(path)
     if dry_run:
         return run_recovery(path, dry_run=True, verify_data=verify_data)
     try:

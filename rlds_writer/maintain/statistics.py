@@ -44,11 +44,13 @@ from typing import Any
 
 import numpy as np
 
+from rlds_writer.errors import counted, import_optional
 from rlds_writer.read.decode import Decoder, flatten
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.read.transitions import episode_end
 from rlds_writer.store import features as features_lib
 from rlds_writer.store import layout
+from rlds_writer.store.locate import require_dataset
 
 _CORE_STEP_FIELDS = frozenset(
     {"observation", "action", "reward", "discount", "is_first", "is_last", "is_terminal"}
@@ -234,14 +236,13 @@ def compute_statistics(
       means). Values are None for an empty split.
 
     Raises:
-      FileNotFoundError: if `path` holds no dataset.
+      NotADatasetError: `path` is not a dataset.
       ValueError: if a requested split does not exist.
       CorruptRecordError: a damaged record (file, record, offset; run recover).
     """
     from tqdm import tqdm
 
-    if not _has_info(path):
-        raise FileNotFoundError(f"{path} holds no dataset (no dataset_info.json)")
+    require_dataset(path)
     reader = open_dataset(path)
     available = list(reader.splits)
     if split is None:
@@ -278,10 +279,11 @@ def compute_statistics(
     return out
 
 
-def _has_info(path: os.PathLike | str) -> bool:
-    from etils import epath
-
-    return (epath.Path(path) / "dataset_info.json").exists()
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, or `MissingDependencyError`."""
+    matplotlib = import_optional("matplotlib", "plotting statistics")
+    matplotlib.use("Agg")
+    return import_optional("matplotlib.pyplot", "plotting statistics")
 
 
 def plot_statistics(stats: Mapping[str, Any], output: os.PathLike | str) -> None:
@@ -293,12 +295,9 @@ def plot_statistics(stats: Mapping[str, Any], output: os.PathLike | str) -> None
 
     Raises:
       ValueError: if `stats` has no per-episode values.
+      MissingDependencyError: matplotlib is not installed (the `plot` extra).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     splits = {name: s for name, s in stats["splits"].items() if s.get("per_episode") is not None}
     if len(splits) != len(stats["splits"]):
         raise ValueError("plot_statistics needs compute_statistics(..., per_episode=True)")
@@ -375,7 +374,7 @@ def format_statistics(stats: Mapping[str, Any]) -> str:
         ]
         width = max(len(label) for label, _ in rows) + 2
         lines.append(
-            f"split {name}: {s['episodes']} episodes, {s['steps']} steps, "
+            f"split {name}: {counted(s['episodes'], 'episode')}, {counted(s['steps'], 'step')}, "
             f"{s['terminated']} terminated, {s['truncated']} truncated"
             + (f", {s['cut_short']} cut short" if s.get("cut_short") is not None else "")
         )

@@ -20,7 +20,7 @@ import struct
 
 import numpy as np
 
-from rlds_writer.errors import DecodeError, UnsupportedFeatureError
+from rlds_writer.errors import DecodeError, UnsupportedFeatureError, pip_install
 from rlds_writer.read import png
 from rlds_writer.store.features import Leaf
 
@@ -198,7 +198,7 @@ def _decode_jpeg_like_tf(data: bytes, channels: int | None) -> np.ndarray | None
             _log.warning(
                 "simplejpeg is not installed: JPEG images are decoded with Pillow and may "
                 "differ from TensorFlow's decoding by a few levels per pixel "
-                "(the reader extra: pip install -e '.[reader]' in a checkout)"
+                f"(the reader extra: {pip_install('reader')})"
             )
         return None
     if channels is None:

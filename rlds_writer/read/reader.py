@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import CorruptRecordError, DecodeError
+from rlds_writer.errors import CorruptRecordError, DecodeError, counted
 from rlds_writer.read.decode import Decoder, drop_final_step, flatten, map_tree, rows
 from rlds_writer.read.shards import SHARD_READERS
 from rlds_writer.read.splits import split_ranges
@@ -42,6 +42,7 @@ from rlds_writer.read.transitions import (
 )
 from rlds_writer.store import features as features_json
 from rlds_writer.store import layout
+from rlds_writer.store.locate import require_dataset
 
 _log = logging.getLogger(__name__)
 
@@ -90,7 +91,8 @@ def open_dataset(
       A `DatasetReader`.
 
     Raises:
-      FileNotFoundError: if `dataset_info.json` or `features.json` is missing.
+      NotADatasetError: `path` is not a dataset (a `FileNotFoundError`; the message
+        says what is there instead, and lists the datasets below a directory of them).
       NotImplementedError: for features or file formats the reader cannot decode.
     """
     return DatasetReader(
@@ -145,6 +147,7 @@ class DatasetReader:
             raise NotImplementedError(
                 f"{self.path}: the reader reads local directories only; copy the dataset first"
             )
+        require_dataset(self.path)
         info_path = os.path.join(self.path, "dataset_info.json")
         with open(info_path, encoding="utf-8") as f:
             self.info = json.load(f)
@@ -279,7 +282,10 @@ class Episodes(Sequence):
         self._lengths: np.ndarray | None = None
 
     def __repr__(self) -> str:
-        return f"Episodes({self.spec!r}, {len(self)} episodes, {len(self.files())} files)"
+        return (
+            f"Episodes({self.spec!r}, {counted(len(self), 'episode')}, "
+            f"{counted(len(self.files()), 'file')})"
+        )
 
     def __len__(self) -> int:
         return self._cum[-1]
@@ -289,7 +295,7 @@ class Episodes(Sequence):
         if i < 0:
             i += n
         if not 0 <= i < n:
-            raise IndexError(f"episode index {i} out of range for {n} episodes")
+            raise IndexError(f"episode index {i} out of range for {counted(n, 'episode')}")
         seg = bisect.bisect_right(self._cum, i) - 1
         split, shard, a, _ = self.segments[seg]
         return split, shard, a + i - self._cum[seg]

@@ -21,14 +21,11 @@ from typing import Any
 
 import numpy as np
 
-try:
+from rlds_writer.errors import optional_dependencies
+
+with optional_dependencies("rlds_writer.read.torch_data (PyTorch datasets)"):
     import torch
     from torch.utils import data as torch_data
-except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        f"rlds_writer.read.torch_data needs PyTorch ({e}): install the torch extra "
-        "(pip install -e '.[torch]' in a checkout)"
-    ) from e
 
 from rlds_writer.read.decode import flatten, map_tree
 from rlds_writer.read.reader import DatasetReader, Episodes, open_dataset

@@ -31,8 +31,9 @@ from typing import Any
 
 from etils import epath
 
-from rlds_writer.errors import DatasetExistsError, IncompatibleDatasetError, MergeError
+from rlds_writer.errors import DatasetExistsError, IncompatibleDatasetError, MergeError, counted
 from rlds_writer.store import layout, recovery
+from rlds_writer.store.locate import not_a_dataset
 from rlds_writer.store.locking import DirectoryLock
 
 _log = logging.getLogger(__name__)
@@ -95,14 +96,14 @@ class MergeReport:
 
     def summary(self) -> str:
         splits = ", ".join(
-            f"{name}: {self.episodes[name]} episodes in {len(lengths)} shards"
+            f"{name}: {counted(self.episodes[name], 'episode')} in {counted(len(lengths), 'shard')}"
             for name, lengths in self.splits.items()
         )
         verb = "finished the interrupted merge of" if self.resumed else "merged"
         return (
-            f"{verb} {len(self.sources)} directories into {self.dest} ({splits}); "
-            f"{self.shards_moved} shards moved, {self.shards_copied} copied, "
-            f"{self.shards_already_done} already in place"
+            f"{verb} {counted(len(self.sources), 'directory', 'directories')} into {self.dest} "
+            f"({splits}); {counted(self.shards_moved, 'shard')} moved, "
+            f"{self.shards_copied} copied, {self.shards_already_done} already in place"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -178,7 +179,7 @@ def merge(
                 )
             for source in source_paths:
                 if not (source / layout.DATASET_INFO).exists():
-                    raise FileNotFoundError(f"source {source} holds no dataset")
+                    raise not_a_dataset(source)
                 locks.append(_lock(source))
             if recover_sources:
                 for source in source_paths:

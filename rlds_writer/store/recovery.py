@@ -42,8 +42,9 @@ from typing import Any
 
 from etils import epath
 
-from rlds_writer.errors import IncompatibleDatasetError, RecoveryError
+from rlds_writer.errors import IncompatibleDatasetError, RecoveryError, counted
 from rlds_writer.store import layout, shards, tfrecord
+from rlds_writer.store.locate import not_a_dataset
 
 _log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ class RecoveryReport:
         for name, lengths in self.splits.items():
             before = sum(self.listed_before.get(name, []))
             parts.append(
-                f"{name}: {sum(lengths)} episodes in {len(lengths)} shards "
+                f"{name}: {counted(sum(lengths), 'episode')} in {counted(len(lengths), 'shard')} "
                 f"(dataset_info.json listed {before})"
             )
         for s in self.shards:
@@ -281,13 +282,7 @@ class _Recovery:
                 "config) and run recover again."
             )
         if not any((self.path / f).exists() for f in (layout.DATASET_INFO, layout.FEATURES)):
-            inside = sorted(
-                c.name for c in self.path.iterdir() if (c / layout.DATASET_INFO).exists()
-            )
-            hint = f"; its subdirectories {inside} do: recover each of them" if inside else ""
-            raise FileNotFoundError(
-                f"{self.path} holds no dataset (no {layout.DATASET_INFO}){hint}"
-            )
+            raise not_a_dataset(self.path)
         self.notes.append(
             f"interrupted dataset creation ({'; '.join(problems)}) and no shard files: "
             "removed the partial metadata files; no episode was lost"

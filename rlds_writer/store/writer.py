@@ -141,7 +141,8 @@ def check_mode(path: epath.PathLike, mode: str) -> bool:
     if mode == "error" and exists:
         raise DatasetExistsError(
             f"{path} already holds a dataset. Pass mode='append' to add episodes "
-            "to it or mode='overwrite' to replace it."
+            "to it or mode='overwrite' to replace it.",
+            directory=os.fspath(path),
         )
     return exists
 

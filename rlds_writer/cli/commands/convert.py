@@ -1,4 +1,4 @@
-"""`rlds-writer convert`: Minari, D4RL HDF5, RLlib, LeRobot, npz or HDF5 episodes to RLDS."""
+"""`rlds-writer convert`: another offline-RL format to RLDS (the formats of `interop.FORMATS`)."""
 
 from __future__ import annotations
 
@@ -6,26 +6,31 @@ import argparse
 import json
 import sys
 
+from rlds_writer.cli.commands import _formats
+from rlds_writer.interop import FORMATS
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "convert",
-        help="convert a Minari dataset, a D4RL HDF5 file or RLlib episode output to RLDS",
-        description="Convert another offline-RL format into an RLDS dataset in TFDS format "
-        "(every field kept; termination and truncation mapped to is_terminal/is_last). "
-        "The result loads with tfds.builder_from_directory(DEST).",
+        help=f"convert another format to RLDS: {_formats.names(FORMATS)}",
+        description=_formats.paragraph(
+            "Convert another offline-RL format into an RLDS dataset in TFDS format "
+            "(every field kept; termination and truncation mapped to is_terminal/is_last). "
+            "The result loads with tfds.builder_from_directory(DEST)."
+        ),
+        epilog=_formats.listing(FORMATS, "source formats (--from FORMAT SRC):", "SRC"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--from",
         dest="source_format",
         required=True,
-        choices=("minari", "d4rl-hdf5", "rllib-episodes", "lerobot", "npz-dir", "hdf5-episodes"),
-        help="source format",
+        choices=list(FORMATS),
+        metavar="FORMAT",
+        help=f"source format: {_formats.names(FORMATS)} (listed below)",
     )
-    p.add_argument(
-        "src",
-        help="source: Minari dataset dir or id, .hdf5 file, RLlib output or LeRobot dataset dir",
-    )
+    p.add_argument("src", help="the source dataset (for each format: below)")
     p.add_argument("dest", help="dataset directory to write")
     p.add_argument("--name", help="dataset name (default: derived from the source)")
     p.add_argument("--split", default="train", help="split to write (default train)")

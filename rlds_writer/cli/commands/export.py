@@ -1,4 +1,4 @@
-"""`rlds-writer export`: an RLDS dataset to Minari, RLlib, Hugging Face, d3rlpy or LeRobot."""
+"""`rlds-writer export`: an RLDS dataset to another format (those of `interop.EXPORT_FORMATS`)."""
 
 from __future__ import annotations
 
@@ -6,30 +6,32 @@ import argparse
 import json
 import sys
 
-_FORMATS = ("minari", "rllib-episodes", "hf", "d3rlpy", "lerobot")
+from rlds_writer.cli.commands import _formats
+from rlds_writer.interop import EXPORT_FORMATS
+
 _LEROBOT_OPTIONS = ("fps", "task", "task_field", "robot_type")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "export",
-        help="export an RLDS dataset to Minari, RLlib offline input, Hugging Face datasets, "
-        "d3rlpy or LeRobot",
-        description="Export an RLDS dataset (streamed, one episode at a time) for an "
-        "offline-RL library. --to minari: DEST is a Minari dataset id created in the local "
-        "Minari root (MINARI_DATASETS_PATH); minari.load_dataset(DEST) opens it. "
-        "--to rllib-episodes: DEST is a directory for config.offline_data(input_=[DEST]). "
-        "--to hf: DEST is a directory for datasets.load_dataset(DEST). "
-        "--to d3rlpy: DEST is a new HDF5 file for d3rlpy.dataset.ReplayBuffer.load(DEST, "
-        "d3rlpy.dataset.InfiniteBuffer()). "
-        "--to lerobot: DEST is a directory for LeRobotDataset(repo_id, root=DEST).",
+        help=f"export an RLDS dataset to {_formats.names(EXPORT_FORMATS)}",
+        description=_formats.paragraph(
+            "Export an RLDS dataset (streamed, one episode at a time) for an offline-RL library."
+        ),
+        epilog=_formats.listing(EXPORT_FORMATS, "target formats (--to FORMAT DEST):", "DEST"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--to", dest="target", required=True, choices=_FORMATS, help="target format")
-    p.add_argument("src", help="RLDS dataset directory")
     p.add_argument(
-        "dest",
-        help="Minari dataset id (e.g. cartpole/random-v0), output directory, or (d3rlpy) file",
+        "--to",
+        dest="target",
+        required=True,
+        choices=list(EXPORT_FORMATS),
+        metavar="FORMAT",
+        help=f"target format: {_formats.names(EXPORT_FORMATS)} (listed below)",
     )
+    p.add_argument("src", help="RLDS dataset directory")
+    p.add_argument("dest", help="what to write (for each format: below)")
     p.add_argument("--split", default="train", help="split to export (default train)")
     p.add_argument(
         "--cut-short",

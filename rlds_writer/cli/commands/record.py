@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     import rlds_writer
     from rlds_writer.envs.catch import Catch
+    from rlds_writer.errors import counted
 
     if args.episodes < 1:
         raise ValueError(f"--episodes: expected at least 1, got {args.episodes}")
@@ -93,20 +94,14 @@ def run(args: argparse.Namespace) -> int:
             "end_reason": tfds.features.Text(),
         },
     )
-    try:
-        backend = rlds_writer.TFDSBackendWriter(
-            data_directory=args.output,
-            ds_config=config,
-            max_episodes_per_file=args.max_episodes_per_file,
-            file_format=args.format,
-            mode=args.mode,
-        )
-    except rlds_writer.DatasetExistsError as e:
-        # Same error, in the command line's own words.
-        raise rlds_writer.DatasetExistsError(
-            f"{args.output} already holds a dataset; rerun with --mode append to add "
-            "episodes to it or --mode overwrite to replace it"
-        ) from e
+    # A dataset already there is refused in the command line's words (--mode) by main.
+    backend = rlds_writer.TFDSBackendWriter(
+        data_directory=args.output,
+        ds_config=config,
+        max_episodes_per_file=args.max_episodes_per_file,
+        file_format=args.format,
+        mode=args.mode,
+    )
     rng = np.random.default_rng(agent_seed)
     returns = {"value": 0.0}
 
@@ -138,15 +133,18 @@ def run(args: argparse.Namespace) -> int:
     # Leaving the `with` closed the writer: whatever it listed is on disk.
     if stop.requested:
         safe = _episodes_on_disk(backend.data_directory)
+        are = "is" if safe == 1 else "are"
         print(
-            f"Interrupted: {safe} episodes are safely on disk in {backend.data_directory} "
-            f"({safe - already} from this run; the episode in progress was kept, cut short)",
+            f"Interrupted: {counted(safe, 'episode')} {are} safely on disk in "
+            f"{backend.data_directory} ({safe - already} from this run; the episode in "
+            "progress was kept, cut short)",
             file=sys.stderr,
         )
         return 130
     elapsed = time.perf_counter() - start
     print(
-        f"Recorded {args.episodes} episodes ({steps} transitions) in {elapsed:.2f}s "
+        f"Recorded {counted(args.episodes, 'episode')} ({counted(steps, 'transition')}) "
+        f"in {elapsed:.2f}s "
         f"to {backend.data_directory}"
     )
     # TFDS reads ArrayRecord shards only through as_data_source (no tf.data reader).
@@ -165,8 +163,9 @@ def run(args: argparse.Namespace) -> int:
                 loaded_episodes += 1
                 loaded_steps += int(episode["steps"].cardinality())
         print(
-            f"Loaded back with tfds.builder_from_directory(...).{reader}: {loaded_episodes} "
-            f"episodes, {loaded_steps} steps in split 'train'"
+            f"Loaded back with tfds.builder_from_directory(...).{reader}: "
+            f"{counted(loaded_episodes, 'episode')}, {counted(loaded_steps, 'step')} in split "
+            "'train'"
         )
     print("Load it with:")
     print("  import tensorflow_datasets as tfds")

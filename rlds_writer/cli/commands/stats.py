@@ -39,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.per_dimension:
         return _per_dimension(args)
+    if args.plot:
+        statistics.pyplot()  # without matplotlib, say so before reading the dataset
     stats = statistics.compute_statistics(
         args.path,
         split=args.split,

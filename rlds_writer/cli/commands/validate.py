@@ -26,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlds_writer.errors import counted
     from rlds_writer.maintain.inspection import describe_violation, validate
 
     result = validate(args.path, splits=args.split, max_violations=args.max_violations)
@@ -36,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
             if s["episodes"] is None:
                 print(f"{split}: not decoded (its shard files are damaged)")
             else:
-                print(f"{split}: {s['episodes']} episodes, {s['steps']} steps decoded")
+                episodes, steps = counted(s["episodes"], "episode"), counted(s["steps"], "step")
+                print(f"{split}: {episodes}, {steps} decoded")
         for note in result["notes"]:
             print(f"note: {note}")
         if result["ok"]:
