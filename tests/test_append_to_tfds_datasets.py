@@ -28,6 +28,7 @@ import rlds_writer
 from rlds_writer.envs.catch import Catch
 from rlds_writer.maintain.inspection import decoded_episodes, iter_shard_records
 from rlds_writer.store import layout
+from rlds_writer.store import writer as writer_module
 
 ORIGINAL = 12  # episodes 0..11 in every dataset TFDS writes here
 FIELDS = ("observation", "action", "reward", "discount", "t", "is_first", "is_last", "is_terminal")
@@ -173,6 +174,27 @@ def test_the_pinned_template_keeps_the_names_tfds_gave(built, tmp_path):
     assert split["filepathTemplate"] == "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}-of-00003"
     names = tfds.builder_from_directory(str(directory)).info.splits["train"].filenames
     assert names == [f"catch_crash-train.tfrecord-0000{i}-of-00003" for i in range(5)]
+
+
+def test_the_pinned_template_is_committed_before_the_first_new_shard_exists(
+    built, tmp_path, monkeypatch
+):
+    # A kill between a new shard's creation and a commit of the pinned template
+    # would leave `...-00003-of-00003` beside an `-of-` template: recovery would
+    # then count 4 shards and rename every original to `-of-00004`.
+    directory = _copy(built, tmp_path, "tfds build", "tfrecord", 3)
+    seen = []
+    real_open_shard = writer_module.open_shard
+
+    def open_shard(path, file_format, fsync):
+        (split,) = layout.read_json(directory / layout.DATASET_INFO)["splits"]
+        seen.append((path.name, split["filepathTemplate"], list(split["shardLengths"])))
+        return real_open_shard(path, file_format, fsync)
+
+    monkeypatch.setattr(writer_module, "open_shard", open_shard)
+    crash_child.write_dataset(directory, range(12, 13), mode="append")
+    pinned = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}-of-00003"
+    assert seen == [("catch_crash-train.tfrecord-00003-of-00003", pinned, ["4", "4", "4"])]
 
 
 def _record_with_env_logger(backend, episode_id):
