@@ -13,8 +13,9 @@ tool matches shard files through `ShardTemplate`, from the split's
 `filepathTemplate`, as TFDS does. Appending to such a split first pins the
 count its names hold (`ShardTemplate.pinned`): the template becomes
 `...-{SHARD_INDEX}-of-00004`, which names the existing shards exactly as
-before and the new ones `...-00004-of-00004`, `...-00005-of-00004`, ... This module is the one home of these names,
-of the fsync helpers, and of the quarantine, journal and temp-file names.
+before and the new ones `...-00004-of-00004`, `...-00005-of-00004`, ...
+This module is the one home of these names, of the fsync helpers, and of the
+quarantine, journal and temp-file names.
 
 `dataset_info.json` is always replaced atomically (write to a temporary file in
 the same directory, then rename), so a reader never sees half of it.
