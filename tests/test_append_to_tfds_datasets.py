@@ -345,3 +345,19 @@ def test_an_append_killed_at_any_moment_leaves_the_original_episodes_loadable(
     assert sorted(_loaded_ids(directory)) == list(range(present))
     assert rlds_writer.validate(directory)["ok"]
     assert present > ORIGINAL
+
+
+def test_pinned_fixes_every_count_placeholder_and_leaves_other_templates_alone():
+    def template(text):
+        return layout.ShardTemplate(text, "catch", "train", "tfrecord")
+
+    counted = template("{DATASET}.{NUM_SHARDS}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}")
+    pinned = counted.pinned(4)
+    assert pinned.template == "{DATASET}.00004-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}-of-00004"
+    assert not pinned.counts_shards
+    for index in range(4):  # the existing names, unchanged
+        assert pinned.filename(index, 9) == counted.filename(index, 4)
+    assert pinned.filename(6, 9) == "catch.00004-train.tfrecord-00006-of-00004"
+    ours = template(layout.FILEPATH_TEMPLATE)
+    assert ours.pinned(4) is ours
+    assert counted.pinned(0).template == layout.FILEPATH_TEMPLATE  # no shard to keep
