@@ -1,7 +1,8 @@
 """Every maintenance tool on datasets TFDS itself wrote (`tfds build` names shards `-of-`).
 
 recover, info, validate, merge, stats and the reader must read them as TFDS
-does, and must never reduce the number of episodes TFDS can read.
+does, and must never reduce the number of episodes TFDS can read. Appending
+to them (tests/test_append_to_tfds_datasets.py) keeps their shards as they are.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import pytest
 import tensorflow_datasets as tfds
 
 import rlds_writer
-from rlds_writer.errors import IncompatibleDatasetError
 from rlds_writer.store import tfrecord
 
 EPISODES = 12
@@ -125,21 +125,6 @@ def test_merge_of_tfds_built_datasets_keeps_every_episode(built, tmp_path, move)
     report = rlds_writer.merge(sources, tmp_path / "merged", move=move)
     assert report.episodes == {"train": 2 * EPISODES}
     assert _tfds_ids(tmp_path / "merged") == sorted(list(range(EPISODES)) * 2)
-
-
-def test_append_to_a_tfds_built_dataset_is_refused_and_changes_nothing(dataset):
-    before = _snapshot(dataset)
-    config = rlds_writer.DatasetConfig(
-        name="tiny_rlds",
-        observation_info=tfds.features.Tensor(shape=(3,), dtype=np.float32),
-        action_info=np.int64,
-        reward_info=np.float32,
-        episode_metadata_info={"episode_id": np.int64},
-    )
-    with pytest.raises(IncompatibleDatasetError, match="SHARD_X_OF_Y"):
-        rlds_writer.DatasetWriter(dataset, config, mode="append")
-    assert _snapshot(dataset) == before
-    assert _tfds_ids(dataset) == list(range(EPISODES))
 
 
 def test_a_corrupt_record_in_a_tfds_built_shard_costs_only_that_record(dataset):

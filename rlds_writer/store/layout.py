@@ -10,8 +10,12 @@
 
 TFDS itself (`tfds build`, Beam) names shards `...-00000-of-00004`; every
 tool matches shard files through `ShardTemplate`, from the split's
-`filepathTemplate`, as TFDS does. This module is the one home of these names,
-of the fsync helpers, and of the quarantine, journal and temp-file names.
+`filepathTemplate`, as TFDS does. Appending to such a split first pins the
+count its names hold (`ShardTemplate.pinned`): the template becomes
+`...-{SHARD_INDEX}-of-00004`, which names the existing shards exactly as
+before and the new ones `...-00004-of-00004`, `...-00005-of-00004`, ...
+This module is the one home of these names, of the fsync helpers, and of the
+quarantine, journal and temp-file names.
 
 `dataset_info.json` is always replaced atomically (write to a temporary file in
 the same directory, then rename), so a reader never sees half of it.
@@ -135,6 +139,25 @@ class ShardTemplate:
     def counts_shards(self) -> bool:
         """True if names include the number of shards (renaming them all on a change)."""
         return "{SHARD_X_OF_Y}" in self.template or "{NUM_SHARDS}" in self.template
+
+    def pinned(self, num_shards: int) -> ShardTemplate:
+        """Returns a template that names shards `0..num_shards-1` as this one does,
+        with the count fixed, so shards can be added without renaming any.
+
+        TFDS keeps one `filepathTemplate` per split, so new shards must follow
+        it; with `{SHARD_X_OF_Y}` their count would rename every existing shard.
+        `{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}` pinned at 4 is
+        `{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}-of-00004`. A template
+        that does not count shards is returned as it is; with no shard to
+        keep, ours is returned.
+        """
+        if not self.counts_shards:
+            return self
+        if num_shards == 0:
+            return dataclasses.replace(self, template=FILEPATH_TEMPLATE)
+        count = f"{num_shards:05d}"
+        template = self.template.replace("{SHARD_X_OF_Y}", "{SHARD_INDEX}-of-" + count)
+        return dataclasses.replace(self, template=template.replace("{NUM_SHARDS}", count))
 
     def filename(self, index: int, num_shards: int) -> str:
         """Returns the file name of shard `index` of `num_shards`."""

@@ -288,6 +288,7 @@ class DatasetWriter:
         self.info.set_file_format(file_adapters.FileFormat.from_value(self.file_format))
         self.info.write_to_directory(self.path)
         self._info_json = layout.read_json(self.path / layout.DATASET_INFO)
+        self._templates = {}
         self._commit_splits({self.default_split: _SplitState(self.default_split, [], 0)})
 
     def _open_for_append(self) -> dict[str, _SplitState]:
@@ -307,13 +308,7 @@ class DatasetWriter:
         fmt = existing.get("fileFormat", "tfrecord")
         if fmt != self.file_format:
             problems.append(f"file_format: dataset has {fmt!r}, writer has {self.file_format!r}")
-        for split, template in layout.split_templates(existing).items():
-            if template.template != layout.FILEPATH_TEMPLATE:
-                problems.append(
-                    f"split {split!r} names its shards {template.template!r} (as `tfds build` "
-                    "does), which renames every shard when one is added; record into a new "
-                    "directory and read both with tfds.builder_from_directories"
-                )
+        templates = layout.split_templates(existing)
         from google.protobuf import json_format
 
         # features.json is the FeaturesDict proto as JSON (TFDS's save_config).
@@ -328,16 +323,33 @@ class DatasetWriter:
             )
         if problems:
             raise IncompatibleDatasetError(f"cannot append to {self.path}: " + "; ".join(problems))
+        splits = {
+            name: _SplitState(name, lengths, nbytes)
+            for name, (lengths, nbytes) in layout.read_splits(existing).items()
+        }
+        # A split whose shard names hold the shard count (`tfds build`'s
+        # `-00000-of-00004`) gets that count pinned in its template before any
+        # shard is added: its shards keep their names, new ones continue the
+        # sequence (`-00004-of-00004`, ...), and dataset_info.json never lists
+        # a template its files do not follow (docs/durability.md).
+        pinned = {
+            split: template.pinned(len(splits[split].lengths) if split in splits else 0)
+            for split, template in templates.items()
+        }
+        self._templates = pinned
         self._info_json = existing
+        if pinned != templates:
+            _log.info(
+                "%s: pinned the shard count in %s so shards can be added without renaming",
+                self.path,
+                ", ".join(f"{s}'s filepathTemplate" for s in pinned if pinned[s] != templates[s]),
+            )
+            self._commit_splits(splits)
         if self._metadata is not None:
             if (self.path / layout.METADATA).exists():
                 # Keep the keys earlier runs recorded; the new ones win.
                 self._metadata = {**layout.read_json(self.path / layout.METADATA), **self._metadata}
             self._write_metadata(self._metadata)
-        splits = {
-            name: _SplitState(name, lengths, nbytes)
-            for name, (lengths, nbytes) in layout.read_splits(existing).items()
-        }
         splits.setdefault(self.default_split, _SplitState(self.default_split, [], 0))
         return splits
 
@@ -537,7 +549,7 @@ class DatasetWriter:
             state = self._splits[split] = _SplitState(split, [], 0)
         if state.shard is None:
             index = len(state.lengths)
-            path = self.path / layout.shard_name(self.name, split, self.file_format, index)
+            path = self.path / self._template(split).filename(index, 0)
             state.shard = open_shard(path, self.file_format, self.fsync)
         state.shard.write(parts, length)
         state.shard.flush()
@@ -555,6 +567,15 @@ class DatasetWriter:
         # the same clock: the env thread never writes dataset_info.json.
         if commit and time.monotonic() - self._last_commit >= self.commit_interval:
             self._commit()
+
+    def _template(self, split: str) -> layout.ShardTemplate:
+        """How `split`'s shards are named: the dataset's template, or ours for a new split."""
+        template = self._templates.get(split)
+        if template is None:
+            template = self._templates[split] = layout.ShardTemplate(
+                layout.FILEPATH_TEMPLATE, self.name, split, self.file_format
+            )
+        return template
 
     def _rotate(self, state: _SplitState) -> None:
         shard = state.shard
@@ -599,7 +620,9 @@ class DatasetWriter:
 
     def _commit_splits(self, splits: Mapping[str, _SplitState]) -> None:
         info = layout.with_splits(
-            self._info_json, {name: state.committed() for name, state in splits.items()}
+            self._info_json,
+            {name: state.committed() for name, state in splits.items()},
+            self._templates,
         )
         layout.atomic_write_text(
             self.path / layout.DATASET_INFO, layout.dumps_info(info), fsync=self.fsync
