@@ -33,6 +33,7 @@ import numpy as np
 from etils import epath
 
 from rlds_writer.errors import DiskFullError, IncompatibleDatasetError
+from rlds_writer.store import names
 
 DATASET_INFO = "dataset_info.json"
 FEATURES = "features.json"
@@ -61,8 +62,6 @@ TEMP_FILE = re.compile(r"^\..+\.(tmp-\d+|recover-tmp)$")
 ANY_SHARD = re.compile(
     r"^(?P<name>.+)-(?P<split>.+)\.(?P<format>tfrecord|array_record)-\d{5,}(-of-\d{5,})?$"
 )
-# Dataset and split names become parts of file names: no separators, no `..`.
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 _PLACEHOLDERS = (
     "{DATASET}",
     "{SPLIT}",
@@ -79,15 +78,15 @@ def check_name(value: Any, what: str, where: str = DATASET_INFO) -> str:
 
     Raises:
       IncompatibleDatasetError: for absolute names, path separators, `..` or
-        anything but letters, digits and `_.+-`.
+        anything but letters, digits and `_.+-` (`store.names`).
     """
-    if not isinstance(value, str) or not _SAFE_NAME.match(value) or ".." in value:
-        raise IncompatibleDatasetError(
-            f"{where}: {what} {value!r} cannot name files inside the dataset directory "
-            "(expected letters, digits and _.+- with no path separators or '..'); "
-            "fix the file or rewrite the dataset"
-        )
-    return value
+    return names.check_name(
+        value,
+        what,
+        where=where,
+        fix="fix the file or rewrite the dataset",
+        error=IncompatibleDatasetError,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
