@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import CorruptArrayRecordError, CorruptRecordError
-from rlds_writer.store import tfrecord
+from rlds_writer.store import layout, tfrecord
 
 _log = logging.getLogger(__name__)
 
@@ -165,8 +165,8 @@ class TFRecordShard(_PerProcess):
             return
         try:
             os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
-            tmp = f"{self.cache_path}.tmp-{os.getpid()}"
-            with open(tmp, "wb") as f:
+            # A new file created exclusively: never written through a planted link.
+            with layout.atomic_file(self.cache_path) as f:
                 np.savez(
                     f,
                     stat=np.array(self._stat_key(), np.int64),
@@ -174,7 +174,6 @@ class TFRecordShard(_PerProcess):
                     offsets=self._offsets if self._offsets is not None else np.empty(0, np.int64),
                     steps=self._steps if self._steps is not None else np.empty(0, np.int64),
                 )
-            os.replace(tmp, self.cache_path)
         except OSError as e:  # a read-only dataset directory still reads fine
             _log.warning("could not write index cache %s (%s)", self.cache_path, e)
 
