@@ -11,10 +11,14 @@ read outside the directory it was given.
 A safe name is 1-255 characters of ASCII letters, digits and `_.+-`, starts
 with a letter, digit or `_` (no hidden files, nothing an argument parser takes
 for an option) and has no `..`.
+
+`check_disjoint` refuses a destination that is, is inside or contains its
+source (symbolic links resolved), before a converter or exporter writes.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -79,3 +83,35 @@ def check_relative_path(
             f"names of {ALLOWED}, joined by '/'); {fix}"
         )
     return value
+
+
+def check_disjoint(src: Any, dest: Any, *, src_what: str = "source") -> None:
+    """Refuses a destination that is, is inside or contains the source path.
+
+    Both paths are resolved first (symbolic links, `..`, relative paths), so
+    a link to the source counts as the source. Remote paths (`scheme://`) are
+    compared as written.
+
+    Raises:
+      UnsafePathError: naming both paths; nothing has been written.
+    """
+    src_s, dest_s = os.fspath(src), os.fspath(dest)
+    if "://" in src_s or "://" in dest_s:
+        a, b = src_s.rstrip("/"), dest_s.rstrip("/")
+        sep = "/"
+    else:
+        a, b = os.path.realpath(src_s), os.path.realpath(dest_s)
+        sep = os.sep
+    if a == b:
+        relation = "is"
+    elif b.startswith(a.rstrip(sep) + sep):
+        relation = "is inside"
+    elif a.startswith(b.rstrip(sep) + sep):
+        relation = "contains"
+    else:
+        return
+    shown = f" ({b} and {a})" if (a, b) != (src_s, dest_s) else ""
+    raise UnsafePathError(
+        f"{dest_s}: the destination {relation} the {src_what} {src_s}{shown}; writing there "
+        "would destroy the source. Pass a destination outside the source"
+    )
