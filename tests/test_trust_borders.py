@@ -268,8 +268,12 @@ def test_stats_cache_never_writes_through_a_link_at_its_temporary_name(catch, tm
 def test_dataset_info_commit_never_writes_through_a_link_at_its_temporary_name(catch, tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
+    backend = rlds_writer.TFDSBackendWriter(catch, crash_child.dataset_config(), mode="append")
+    # Planted after the append's recovery (which clears temporary files), before the commit.
     (catch / f".{layout.DATASET_INFO}.tmp-{os.getpid()}").symlink_to(victim)
-    crash_child.write_dataset(catch, range(5, 7), mode="append")
+    for episode_id in (5, 6):
+        crash_child.record_episode(backend, episode_id)
+    backend.close()
     assert victim.read_text() == "precious"
     assert crash_child.check_records(catch) == list(range(7))
 
