@@ -295,6 +295,22 @@ def test_index_cache_never_writes_through_a_link_at_its_temporary_name(catch, tm
     assert os.path.isfile(cache) and not os.path.islink(cache)
 
 
+def test_index_cache_directory_planted_as_a_link_is_not_used(catch, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    reader = rlds_writer.open_dataset(catch, index_cache="disk")
+    index_dir = os.path.dirname(reader._shard("train", 0).cache_path)
+    cache_name = os.path.basename(reader.shard_path("train", 0)) + ".npz"
+    reader.close()
+    victim = elsewhere / cache_name
+    victim.write_bytes(b"precious")
+    os.symlink(elsewhere, index_dir)
+    reader = rlds_writer.open_dataset(catch, index_cache="disk")
+    assert reader.episodes("train")[2]["episode_id"] == 2
+    reader.close()
+    assert victim.read_bytes() == b"precious" and sorted(os.listdir(elsewhere)) == [cache_name]
+
+
 def test_exclusive_creation_refuses_any_link_even_a_dangling_one(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("precious")

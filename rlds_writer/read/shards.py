@@ -131,8 +131,15 @@ class TFRecordShard(_PerProcess):
         st = os.stat(self.path)
         return st.st_size, st.st_mtime_ns
 
+    def _cache_linked(self) -> bool:
+        """True if the cache directory or file is a link (it could lead out of the dataset)."""
+        linked = os.path.islink(os.path.dirname(self.cache_path)) or os.path.islink(self.cache_path)
+        if linked:
+            _log.warning("ignoring index cache %s: a symbolic link", self.cache_path)
+        return linked
+
     def _load_cache(self) -> None:
-        if not self.cache_path or not os.path.exists(self.cache_path):
+        if not self.cache_path or not os.path.exists(self.cache_path) or self._cache_linked():
             return
         try:
             with np.load(self.cache_path) as z:
@@ -161,7 +168,7 @@ class TFRecordShard(_PerProcess):
             _log.warning("ignoring unreadable index cache %s (%s)", self.cache_path, e)
 
     def _save_cache(self) -> None:
-        if not self.cache_path:
+        if not self.cache_path or self._cache_linked():
             return
         try:
             os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
