@@ -385,8 +385,9 @@ def test_export_to_minari_refuses_a_source_inside_the_minari_dataset(tmp_path, m
     before = _tree(tmp_path)
     with pytest.raises(UnsafePathError, match="contains the source dataset"):
         rlds_writer.export(src, "ns/d-v0", to="minari")
-    with pytest.raises(UnsafePathError, match="Minari dataset id '../x-v0'"):
-        rlds_writer.export(src, "../x-v0", to="minari")
+    for bad in ("../x-v0", "/abs/x-v0", "ns/../../x-v0"):
+        with pytest.raises(ValueError, match=f"{bad!r}.*Minari dataset id"):
+            rlds_writer.export(src, bad, to="minari")
     assert _tree(tmp_path) == before
 
 

@@ -37,7 +37,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rlds_writer.errors import UnsafePathError
 from rlds_writer.store import layout, names
 
 _PARTIAL = ".partial-"
@@ -158,6 +157,7 @@ def export_minari_staged(run: Callable[..., Any], src: os.PathLike | str, datase
     the real root (its namespace is created there first, as Minari does).
     """
     dataset_id = os.fspath(dataset_id)
+    namespace = _namespace(dataset_id)
     final = minari_dataset_path(dataset_id)
     names.check_disjoint(src, final, src_what="source dataset")
     if os.path.lexists(final):
@@ -165,7 +165,7 @@ def export_minari_staged(run: Callable[..., Any], src: os.PathLike | str, datase
             f"{final}: Minari dataset {dataset_id!r} already exists; delete it "
             f"(`minari delete {dataset_id}`) or pick another id or version"
         )
-    _real_namespace(dataset_id)
+    _real_namespace(namespace, final)
     stale = stale_partials(final)
     with _MINARI_ROOT, staging_directory(final) as staging:
         before = os.environ.get("MINARI_DATASETS_PATH")
@@ -187,18 +187,23 @@ def export_minari_staged(run: Callable[..., Any], src: os.PathLike | str, datase
     return report
 
 
-def _real_namespace(dataset_id: str) -> None:
-    """Creates the dataset's namespace in the real Minari root if it is missing."""
+def _namespace(dataset_id: str) -> str | None:
+    """The namespace of a Minari dataset id; refuses what Minari cannot parse."""
     from minari.dataset.minari_dataset import parse_dataset_id
-    from minari.namespace import create_namespace, list_local_namespaces
 
     try:
-        namespace = parse_dataset_id(dataset_id)[0]
-    except Exception as e:  # noqa: BLE001 - Minari raises several kinds for a bad id
-        raise UnsafePathError(
-            f"{dataset_id!r} is not a Minari dataset id ({e}); expected e.g. "
-            "'cartpole/random-v0' (namespace/name-vN)"
+        return parse_dataset_id(dataset_id)[0]
+    except ValueError:
+        raise ValueError(
+            f"{dataset_id!r} is not a Minari dataset id: expected (namespace/)name-v<version>, "
+            "e.g. cartpole/random-v0"
         ) from None
+
+
+def _real_namespace(namespace: str | None, final: Path) -> None:
+    """Creates the dataset's namespace in the real Minari root if it is missing."""
+    from minari.namespace import create_namespace, list_local_namespaces
+
     if namespace is not None and namespace not in list_local_namespaces():
         create_namespace(namespace)
-    minari_dataset_path(dataset_id).parent.mkdir(parents=True, exist_ok=True)
+    final.parent.mkdir(parents=True, exist_ok=True)
