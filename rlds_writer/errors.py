@@ -23,6 +23,14 @@ class SpecError(RLDSWriterError, ValueError):
     """A dataset config or env spec cannot be turned into TFDS features."""
 
 
+class UnsafePathError(RLDSWriterError, ValueError):
+    """A name or path would lead outside the paths a tool was given.
+
+    A field name, agent or module id or path template that cannot be one file
+    name, or a destination that overlaps its source.
+    """
+
+
 class StepValueError(RLDSWriterError, ValueError):
     """A value given for a step or an episode does not match its feature.
 

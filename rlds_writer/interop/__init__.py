@@ -162,10 +162,26 @@ def convert(
       ValueError: for an unknown format.
       MissingDependencyError: the format's optional libraries are not installed
         (the message names the extra to install).
+      UnsafePathError: for a destination that is, is inside or contains the
+        source (nothing is written).
     """
     if source_format not in FORMATS:
         raise ValueError(
             f"unknown source format {source_format!r}; expected one of {list(FORMATS)}"
         )
+    # Before anything is written: a destination over the source would destroy it.
+    from rlds_writer.store import names
+
+    names.check_disjoint(_source_path(source_format, src), dest)
     source = FORMATS[source_format]
     return source.run(f"converting {source.title}", src, dest, **options)
+
+
+def _source_path(source_format: str, src: os.PathLike | str) -> str:
+    """The path a source is read from (a local Minari id is its dataset directory)."""
+    path = os.fspath(src)
+    if source_format == "minari" and not os.path.exists(path):
+        from rlds_writer.interop.staging import minari_root
+
+        return os.fspath(minari_root() / path)
+    return path

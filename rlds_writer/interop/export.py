@@ -378,7 +378,12 @@ def info_columns(steps: Mapping[str, Any], n: int, terminated: bool) -> dict[str
 def export(
     src: os.PathLike | str, dest: os.PathLike | str, *, to: str, **options: Any
 ) -> ExportReport:
-    """Exports an RLDS dataset to another offline-RL format.
+    """Exports an RLDS dataset to another offline-RL format, complete or not at all.
+
+    The export is built in a hidden staging directory next to the destination
+    and renamed into place only when complete (`interop.staging`): a killed
+    export leaves nothing a consumer loads. A destination that is, is inside
+    or contains the source is refused before anything is written.
 
     Args:
       src: the RLDS dataset directory.
@@ -395,8 +400,45 @@ def export(
       ValueError: for an unknown format.
       MissingDependencyError: the format's optional libraries are not installed
         (the message names the extra to install).
+      UnsafePathError: for a destination overlapping the source.
+      FileExistsError: for a destination that holds something.
     """
+    from rlds_writer.interop import staging
+
     if to not in FORMATS:
         raise ValueError(f"unknown export format {to!r}; expected one of {list(FORMATS)}")
-    target = FORMATS[to]
-    return target.run(f"exporting to {target.title}", src, dest, **options)
+    target_format = FORMATS[to]
+
+    def run(source: Any, target: Any) -> ExportReport:
+        return target_format.run(f"exporting to {target_format.title}", source, target, **options)
+
+    if to == "minari":
+        return staging.export_minari_staged(run, src, os.fspath(dest))
+    return staging.export_staged(run, src, dest, file=to == "d3rlpy")
+
+
+# The public per-format names (`rlds_writer.export_minari`, ...): the same
+# staging and checks as `export(..., to=...)`; options as in each module.
+def export_minari(src: os.PathLike | str, dest: str, **options: Any) -> ExportReport:
+    """`export(src, dest, to="minari", ...)`; options: `export_minari.export`."""
+    return export(src, dest, to="minari", **options)
+
+
+def export_rllib(src: os.PathLike | str, dest: os.PathLike | str, **options: Any) -> ExportReport:
+    """`export(src, dest, to="rllib-episodes", ...)`; options: `export_rllib.export`."""
+    return export(src, dest, to="rllib-episodes", **options)
+
+
+def export_hf(src: os.PathLike | str, dest: os.PathLike | str, **options: Any) -> ExportReport:
+    """`export(src, dest, to="hf", ...)`; options: `export_hf.export`."""
+    return export(src, dest, to="hf", **options)
+
+
+def export_d3rlpy(src: os.PathLike | str, dest: os.PathLike | str, **options: Any) -> ExportReport:
+    """`export(src, dest, to="d3rlpy", ...)`; options: `export_d3rlpy.export`."""
+    return export(src, dest, to="d3rlpy", **options)
+
+
+def export_lerobot(src: os.PathLike | str, dest: os.PathLike | str, **options: Any) -> ExportReport:
+    """`export(src, dest, to="lerobot", ...)`; options: `export_lerobot.export`."""
+    return export(src, dest, to="lerobot", **options)

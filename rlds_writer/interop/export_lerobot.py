@@ -50,6 +50,7 @@ from rlds_writer.interop.export import (
 )
 from rlds_writer.interop.lerobot_video import VideoStreams, eligible, meta_types
 from rlds_writer.read.decode import flatten
+from rlds_writer.store import names
 from rlds_writer.store.layout import jsonable
 
 
@@ -164,6 +165,16 @@ def export(
         cameras = {
             c.key: c.shape for c in columns if video and c.kind == "image" and eligible(c.shape)
         }
+        for c in columns:
+            if c.key in cameras:
+                # The camera's name is a directory of its videos: videos/<name>/...
+                names.check_name(
+                    c.key,
+                    "LeRobot camera name",
+                    where=f"steps/{'/'.join(c.path)}",
+                    fix="it names the directory of its videos; rename the field or export "
+                    "without --video",
+                )
         features = {c.key: c.feature() for c in columns}
         features[layout.DONE] = {"dtype": "bool", "shape": [1], "names": None}
         features[layout.TRUNCATED] = {"dtype": "bool", "shape": [1], "names": None}

@@ -43,6 +43,7 @@ from rlds_writer.interop import lerobot_layout as layout
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
 from rlds_writer.interop.export import default_discount
 from rlds_writer.interop.lerobot_video import VideoFrames
+from rlds_writer.store import names
 
 _DROPPED = ("frame_index", "index", "episode_index", "task_index")
 
@@ -76,6 +77,21 @@ def load_info(root: Path) -> dict[str, Any]:
     info = _json(root / layout.INFO_PATH)
     if not isinstance(info.get("features"), dict):
         raise IncompatibleDatasetError(f"{root / layout.INFO_PATH}: no 'features' object")
+    videos = [
+        k for k, f in info["features"].items() if isinstance(f, dict) and f.get("dtype") == "video"
+    ]
+    if videos:
+        # Checked before any file is opened: these name the files the importer reads.
+        where = str(root / layout.INFO_PATH)
+        layout.check_video_path(info.get("video_path") or layout.VIDEO_PATH, where)
+        for key in videos:
+            names.check_name(
+                key,
+                "video feature",
+                where=where,
+                fix="rename the feature",
+                error=IncompatibleDatasetError,
+            )
     version = str(info.get("codebase_version", "?"))
     if not version.startswith("v3."):
         raise UnsupportedFeatureError(

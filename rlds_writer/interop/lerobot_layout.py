@@ -32,13 +32,16 @@ import dataclasses
 import io
 import json
 import os
+import re
+import string
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import SpecError
+from rlds_writer.errors import IncompatibleDatasetError, SpecError
 from rlds_writer.store import features as features_json
+from rlds_writer.store import names
 from rlds_writer.store.image_codecs import encode_png
 
 CODEBASE_VERSION = "v3.0"
@@ -64,6 +67,85 @@ QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 DONE, TRUNCATED = "next.done", "next.truncated"
 # Prefixes of the extra columns of meta/episodes: episode fields and the final step.
 EPISODE_PREFIX, FINAL_PREFIX = "rlds/", "final/"
+
+
+_VIDEO_FIELDS = ("video_key", "chunk_index", "file_index")
+# `{chunk_index:03d}`: an optional 0, a width of at most 2 digits, an optional d.
+_INDEX_SPEC = re.compile(r"0?(\d{0,2})d?")
+_MAX_INDEX_WIDTH = 20  # a 64-bit index has 20 digits; wider only pads (memory)
+
+
+def check_video_path(template: Any, where: str) -> str:
+    """Returns info.json's `video_path` template if it names files inside the dataset.
+
+    The template may hold `{video_key}` (no format spec) and `{chunk_index}`,
+    `{file_index}` with an integer spec of width at most 20 (a width is
+    memory: `{chunk_index:0600000000d}` would be a 600 MB string); filled in,
+    it must be a relative path of safe names (`store.names`): no absolute
+    path, no `..`.
+
+    Raises:
+      IncompatibleDatasetError: naming the template and what is allowed.
+    """
+    fix = f"expected a relative template like {VIDEO_PATH!r}; fix {where}"
+    if not isinstance(template, str) or len(template) > 1024:
+        raise IncompatibleDatasetError(f"{where}: video_path {template!r:.100}: {fix}")
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as e:
+        raise IncompatibleDatasetError(f"{where}: video_path {template!r}: {e}; {fix}") from None
+    for _, field, spec, conversion in parsed:
+        if field is None:
+            continue
+        width = _INDEX_SPEC.fullmatch(spec or "")
+        ok = (
+            field in _VIDEO_FIELDS
+            and not conversion
+            and (
+                not spec
+                if field == "video_key"
+                else width is not None and int(width.group(1) or 0) <= _MAX_INDEX_WIDTH
+            )
+        )
+        if not ok:
+            raise IncompatibleDatasetError(
+                f"{where}: video_path {template!r}: field {{{field}"
+                f"{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}} "
+                f"(expected {{video_key}}, {{chunk_index}} and {{file_index}} with an integer "
+                f"format of width at most {_MAX_INDEX_WIDTH}); {fix}"
+            )
+    sample = template.format(video_key="key", chunk_index=0, file_index=0)
+    names.check_relative_path(
+        sample,
+        f"video_path {template!r}, filled in,",
+        where=where,
+        fix=fix,
+        error=IncompatibleDatasetError,
+    )
+    return template
+
+
+def video_file(root: Path, template: str, key: str, chunk: Any, file: Any) -> Path:
+    """The path of camera `key`'s video file (`template` checked by `check_video_path`).
+
+    Raises:
+      IncompatibleDatasetError: for a key that is not a safe name or indexes
+        that are not non-negative integers.
+    """
+    names.check_name(
+        key,
+        "video feature",
+        where=str(root / INFO_PATH),
+        fix="rename the feature",
+        error=IncompatibleDatasetError,
+    )
+    for what, value in (("chunk_index", chunk), ("file_index", file)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+            raise IncompatibleDatasetError(
+                f"{root}/meta/episodes: videos/{key}/{what} {value!r}: expected a non-negative "
+                "integer; fix the file"
+            )
+    return root / template.format(video_key=key, chunk_index=int(chunk), file_index=int(file))
 
 
 def next_file(chunk: int, file: int, chunks_size: int) -> tuple[int, int]:

@@ -137,7 +137,9 @@ class VideoFrames:
 
     def __init__(self, root: Path, info: dict[str, Any]):
         import_optional("av", "decoding this LeRobot dataset's MP4 cameras")
-        self.root, self.template = root, str(info.get("video_path") or layout.VIDEO_PATH)
+        template = info.get("video_path") or layout.VIDEO_PATH
+        where = str(root / layout.INFO_PATH)
+        self.root, self.template = root, layout.check_video_path(template, where)
         self.tolerance = 0.5 / float(info["fps"])
         self.open: dict[str, dict[str, Any]] = {}
 
@@ -166,7 +168,7 @@ class VideoFrames:
                 f"meta/episodes has no {missing[0]} for episode {meta['episode_index']}"
             )
         chunk, file, start, stop = (meta[n] for n in names)
-        path = self.root / self.template.format(video_key=key, chunk_index=chunk, file_index=file)
+        path = layout.video_file(self.root, self.template, key, chunk, file)
         state = self._state(key, path, start)
         frames: list[np.ndarray] = []
         while len(frames) < meta["length"]:

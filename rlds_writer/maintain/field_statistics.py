@@ -142,6 +142,38 @@ def _fingerprint(reader: Any, split: str) -> str:
     return digest.hexdigest()
 
 
+def _complete(cached: Any, reader: Any, split: str, fingerprint: str) -> bool:
+    """True if a cache file matches the shards and holds every field's statistics.
+
+    A cache of the right fingerprint can still be damaged or hand-edited: any
+    missing field or value of the wrong shape means compute again.
+    """
+    if not isinstance(cached, Mapping) or cached.get("fingerprint") != fingerprint:
+        return False
+    if cached.get("split") != split:
+        return False
+    for key in ("num_trajectories", "num_transitions"):
+        if not isinstance(cached.get(key), int) or isinstance(cached.get(key), bool):
+            return False
+    for leaf in _leaves(reader.features):
+        if leaf.path[1] in _FLAGS:
+            continue
+        field = cached.get("/".join(leaf.path[1:]))
+        if not isinstance(field, Mapping) or not isinstance(field.get("count"), int):
+            return False
+        if not field["count"]:
+            continue
+        shape = tuple(int(d) for d in leaf.shape)
+        for stat in ("mean", "std", "min", "max", *QUANTILES):
+            try:
+                values = np.asarray(field.get(stat), dtype=np.float64)
+            except (TypeError, ValueError):
+                return False
+            if values.shape != shape:
+                return False
+    return True
+
+
 def _open_split(path: os.PathLike | str, split: str) -> Any:
     reader = open_dataset(path)
     if split not in reader.splits:
@@ -217,7 +249,7 @@ def dataset_statistics(
         try:
             with open(cache_path, encoding="utf-8") as f:
                 cached = json.load(f)
-            if isinstance(cached, Mapping) and cached.get("fingerprint") == fingerprint:
+            if _complete(cached, reader, split, fingerprint):
                 return dict(cached)
         except (OSError, ValueError):
             pass  # unreadable cache: compute again
@@ -225,7 +257,8 @@ def dataset_statistics(
     stats["fingerprint"] = fingerprint
     if cache:
         try:
-            # os.replace swaps a link itself, never writing through it.
+            # A new temporary file created exclusively (never through a planted
+            # link), then os.replace, which swaps a link itself, never its target.
             layout.atomic_write_text(cache_path, json.dumps(stats, indent=1))
         except OSError:
             pass  # a read-only dataset: the statistics are still returned

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import CorruptArrayRecordError, CorruptRecordError
-from rlds_writer.store import tfrecord
+from rlds_writer.store import layout, tfrecord
 
 _log = logging.getLogger(__name__)
 
@@ -131,8 +131,15 @@ class TFRecordShard(_PerProcess):
         st = os.stat(self.path)
         return st.st_size, st.st_mtime_ns
 
+    def _cache_linked(self) -> bool:
+        """True if the cache directory or file is a link (it could lead out of the dataset)."""
+        linked = os.path.islink(os.path.dirname(self.cache_path)) or os.path.islink(self.cache_path)
+        if linked:
+            _log.warning("ignoring index cache %s: a symbolic link", self.cache_path)
+        return linked
+
     def _load_cache(self) -> None:
-        if not self.cache_path or not os.path.exists(self.cache_path):
+        if not self.cache_path or not os.path.exists(self.cache_path) or self._cache_linked():
             return
         try:
             with np.load(self.cache_path) as z:
@@ -161,12 +168,12 @@ class TFRecordShard(_PerProcess):
             _log.warning("ignoring unreadable index cache %s (%s)", self.cache_path, e)
 
     def _save_cache(self) -> None:
-        if not self.cache_path:
+        if not self.cache_path or self._cache_linked():
             return
         try:
             os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
-            tmp = f"{self.cache_path}.tmp-{os.getpid()}"
-            with open(tmp, "wb") as f:
+            # A new file created exclusively: never written through a planted link.
+            with layout.atomic_file(self.cache_path) as f:
                 np.savez(
                     f,
                     stat=np.array(self._stat_key(), np.int64),
@@ -174,7 +181,6 @@ class TFRecordShard(_PerProcess):
                     offsets=self._offsets if self._offsets is not None else np.empty(0, np.int64),
                     steps=self._steps if self._steps is not None else np.empty(0, np.int64),
                 )
-            os.replace(tmp, self.cache_path)
         except OSError as e:  # a read-only dataset directory still reads fine
             _log.warning("could not write index cache %s (%s)", self.cache_path, e)
 

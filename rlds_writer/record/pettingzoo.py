@@ -44,6 +44,7 @@ from rlds_writer.errors import SpecError
 from rlds_writer.record.gymnasium import _Recording, _recording
 from rlds_writer.record.pettingzoo_joint import JointRecording, check_layout
 from rlds_writer.record.recorder import Recorder
+from rlds_writer.store import names
 
 _SUFFIX = re.compile(r"_\d+$")
 
@@ -83,7 +84,16 @@ class _MultiAgentRecording:
         root = epath.Path(data_directory)
         members: dict[str, list[Any]] = {}
         for agent in env.possible_agents:
-            members.setdefault(str(group_of(agent)), []).append(agent)
+            group = str(group_of(agent))
+            # The group names the agent's dataset directory under data_directory.
+            names.check_name(
+                group,
+                "agent group" if group != str(agent) else "agent id",
+                where=f"agent {agent!r}" if group != str(agent) else "",
+                fix=f"it names the dataset directory <data_directory>/{group}; pass "
+                "agent_group= mapping each agent to such a name",
+            )
+            members.setdefault(group, []).append(agent)
         self.group_of: dict[Any, str] = {}
         self.groups: dict[str, _Recording] = {}
         self.directories: dict[str, epath.Path] = {}

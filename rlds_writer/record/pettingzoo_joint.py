@@ -42,7 +42,7 @@ from rlds_writer.errors import SpecError, StepValueError
 from rlds_writer.record import spaces as spaces_lib
 from rlds_writer.record.gymnasium import _action_caster
 from rlds_writer.record.recorder import Recorder
-from rlds_writer.store import field_specs
+from rlds_writer.store import field_specs, names
 
 LAYOUTS = ("per_agent", "joint")
 MASKS = ("acted", "alive", "terminated", "truncated")
@@ -118,11 +118,18 @@ class JointRecording:
         self.env = env
         self.agents = list(env.possible_agents)
         self.keys = [str(a) for a in self.agents]
-        bad = [k for k in self.keys if not k or "/" in k]
-        if bad or len(set(self.keys)) != len(self.keys):
+        for key in self.keys:
+            # Field names become file names when exported (LeRobot videos, ...).
+            names.check_name(
+                key,
+                "agent id",
+                where="possible_agents",
+                fix="the joint layout names fields by str(agent_id); rename the agent",
+            )
+        if len(set(self.keys)) != len(self.keys):
             raise SpecError(
                 f"possible_agents: the joint layout keys fields by str(agent_id), which must be "
-                f"distinct, non-empty and without '/'; got {self.keys}"
+                f"distinct; got {self.keys}"
             )
         obs_spaces = {k: env.observation_space(a) for k, a in zip(self.keys, self.agents)}
         act_spaces = {k: env.action_space(a) for k, a in zip(self.keys, self.agents)}

@@ -18,19 +18,18 @@ episodes of an env episode are written when the env episode ends.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from etils import epath
 
-from rlds_writer.errors import LockedError
+from rlds_writer.errors import LockedError, UnsafePathError
 from rlds_writer.record.rllib_chunks import ChunkWriter, extract, make_recorder
+from rlds_writer.store import names
 from rlds_writer.store.locking import DirectoryLock
 from rlds_writer.store.merge import writer_directory
 
-_MODULE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 RESERVED = "merged"
 
 
@@ -58,12 +57,12 @@ def module_runner_directories(output_root: epath.PathLike) -> dict[str, list[epa
 
 
 def check_module_id(module_id: Any) -> str:
-    """The module id as a directory name; refuses ids that cannot be one."""
+    """The module id as a directory name; refuses ids that cannot be one (`store.names`)."""
     text = str(module_id)
-    if not _MODULE_ID.fullmatch(text) or text == RESERVED or text.startswith("writer-"):
-        raise ValueError(
+    if not names.is_safe_name(text) or text == RESERVED or text.startswith("writer-"):
+        raise UnsafePathError(
             f"module id {text!r} cannot name its dataset directory <output_root>/{text}: "
-            "use letters, digits, '_', '.', '-', not 'merged' nor a 'writer-' prefix "
+            f"expected {names.ALLOWED}, not '{RESERVED}' nor a 'writer-' prefix "
             "(rename the module in config.multi_agent(policies=...))"
         )
     return text

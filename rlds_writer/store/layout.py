@@ -29,14 +29,16 @@ import errno
 import json
 import os
 import re
+import secrets
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, BinaryIO
 
 import numpy as np
 from etils import epath
 
 from rlds_writer.errors import DiskFullError, IncompatibleDatasetError
+from rlds_writer.store import names
 
 DATASET_INFO = "dataset_info.json"
 FEATURES = "features.json"
@@ -58,15 +60,13 @@ END_REASON = "end_reason"
 TERMINATED, TRUNCATED, CUT_SHORT = "terminated", "truncated", "cut_short"
 END_REASONS = (TERMINATED, TRUNCATED, CUT_SHORT)
 
-# Temporary files: ours (`.x.tmp-<pid>`, `.x.recover-tmp`).
-TEMP_FILE = re.compile(r"^\..+\.(tmp-\d+|recover-tmp)$")
+# Temporary files: ours (`.x.tmp-<pid>-<random>`, older `.x.tmp-<pid>`, `.x.recover-tmp`).
+TEMP_FILE = re.compile(r"^\..+\.(tmp-\d+(-[0-9a-f]+)?|recover-tmp)$")
 # Any shard name of any template TFDS or we write, for "does this look like a
 # dataset" checks; never used to decide which files belong to a split.
 ANY_SHARD = re.compile(
     r"^(?P<name>.+)-(?P<split>.+)\.(?P<format>tfrecord|array_record)-\d{5,}(-of-\d{5,})?$"
 )
-# Dataset and split names become parts of file names: no separators, no `..`.
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 _PLACEHOLDERS = (
     "{DATASET}",
     "{SPLIT}",
@@ -83,15 +83,15 @@ def check_name(value: Any, what: str, where: str = DATASET_INFO) -> str:
 
     Raises:
       IncompatibleDatasetError: for absolute names, path separators, `..` or
-        anything but letters, digits and `_.+-`.
+        anything but letters, digits and `_.+-` (`store.names`).
     """
-    if not isinstance(value, str) or not _SAFE_NAME.match(value) or ".." in value:
-        raise IncompatibleDatasetError(
-            f"{where}: {what} {value!r} cannot name files inside the dataset directory "
-            "(expected letters, digits and _.+- with no path separators or '..'); "
-            "fix the file or rewrite the dataset"
-        )
-    return value
+    return names.check_name(
+        value,
+        what,
+        where=where,
+        fix="fix the file or rewrite the dataset",
+        error=IncompatibleDatasetError,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,26 +270,74 @@ def is_local(path: epath.PathLike) -> bool:
     return "://" not in os.fspath(path)
 
 
+# Files we create never follow a link and never reuse an existing file: a
+# planted symbolic link at a temporary name must not make us write its target.
+_EXCLUSIVE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def create_exclusive(path: epath.PathLike, *, replace_stale: bool = False) -> int:
+    """Creates the new file `path` for writing and returns its descriptor.
+
+    `O_CREAT | O_EXCL | O_NOFOLLOW`: fails if anything (a file, a symbolic
+    link) is at `path`, so nothing is ever written through a link.
+
+    Args:
+      path: a local path.
+      replace_stale: first remove what is at `path` (a leftover temporary file
+        of a killed run; removing a link removes the link, not its target).
+    """
+    if replace_stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return os.open(path, _EXCLUSIVE, 0o666)
+
+
+def temp_path(path: epath.PathLike) -> epath.Path:
+    """A fresh, unguessable temporary name next to `path` (matched by `TEMP_FILE`)."""
+    path = epath.Path(path)
+    return path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(8)}"
+
+
+@contextlib.contextmanager
+def atomic_file(path: epath.PathLike, fsync: bool = False) -> Iterator[BinaryIO]:
+    """Yields a binary file that replaces `path` when the block ends without error.
+
+    The file is a new temporary one next to `path` (`temp_path`, created
+    exclusively, never through a link); on error it is removed and `path` is
+    unchanged. `os.replace` swaps a link at `path` itself, never its target.
+    """
+    path = epath.Path(path)
+    while True:
+        tmp = temp_path(path)
+        try:
+            fd = create_exclusive(tmp)
+            break
+        except FileExistsError:  # a name taken by chance (or planted): draw another
+            continue
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk must not also leave half a file behind.
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if fsync:
+        fsync_directory(path.parent)
+
+
 def atomic_write_text(path: epath.PathLike, text: str, fsync: bool = False) -> None:
     """Replaces `path` with `text` so that readers see the old or the new file."""
     path = epath.Path(path)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     if is_local(path):
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                if fsync:
-                    os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            # A full disk must not also leave half a file behind.
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        if fsync:
-            fsync_directory(path.parent)
+        with atomic_file(path, fsync=fsync) as f:
+            f.write(text.encode("utf-8"))
     else:
+        tmp = temp_path(path)
         tmp.write_text(text)
         tmp.rename(path)
 

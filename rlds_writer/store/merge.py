@@ -390,12 +390,20 @@ def _make_plan(sources: list[epath.Path], move: bool) -> dict[str, Any]:
 # --------------------------------------------------------------- execution
 
 
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
 def _copy(src: epath.Path, dst: epath.Path) -> None:
     """Copies `src` so that `dst` only ever appears complete."""
     tmp = dst.parent / f".{dst.name}.merge-tmp"
     if layout.is_local(src) and layout.is_local(dst):
-        shutil.copyfile(src, tmp, follow_symlinks=False)
-        layout.fsync_file(tmp)
+        # A killed run's partial copy (or a planted link) is removed, never written through.
+        fd = layout.create_exclusive(tmp, replace_stale=True)
+        with os.fdopen(fd, "wb") as out, open(src, "rb", opener=_no_follow) as inp:
+            shutil.copyfileobj(inp, out, 1 << 20)
+            out.flush()
+            os.fsync(out.fileno())
     else:
         src.copy(tmp, overwrite=True)
     tmp.rename(dst)

@@ -433,7 +433,12 @@ class _Recovery:
     def _rewrite_tfrecord(self, file: epath.Path, scan: tfrecord.Scan, report: ShardReport) -> None:
         tmp = file.parent / f".{file.name}.recover-tmp"
         try:
-            with file.open("rb") as src, tmp.open("wb") as dst:
+            # A fixed name: a leftover (or planted link) there is removed, never written through.
+            if layout.is_local(tmp):
+                dst_file = os.fdopen(layout.create_exclusive(tmp, replace_stale=True), "wb")
+            else:
+                dst_file = tmp.open("wb")
+            with file.open("rb") as src, dst_file as dst:
                 for offset, length in scan.spans:
                     src.seek(offset)
                     dst.write(src.read(length + tfrecord.FRAMING))
