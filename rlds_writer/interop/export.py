@@ -408,13 +408,16 @@ def export(
     if to not in FORMATS:
         raise ValueError(f"unknown export format {to!r}; expected one of {list(FORMATS)}")
     target_format = FORMATS[to]
+    feature = f"exporting to {target_format.title}"
 
     def run(source: Any, target: Any) -> ExportReport:
-        return target_format.run(f"exporting to {target_format.title}", source, target, **options)
+        return target_format.run(feature, source, target, **options)
 
-    if to == "minari":
-        return staging.export_minari_staged(run, src, os.fspath(dest))
-    return staging.export_staged(run, src, dest, file=to == "d3rlpy")
+    # Staging itself may need the format's library (Minari's root).
+    with optional_dependencies(feature, target_format.extra):
+        if to == "minari":
+            return staging.export_minari_staged(run, src, os.fspath(dest))
+        return staging.export_staged(run, src, dest, file=to == "d3rlpy")
 
 
 # The public per-format names (`rlds_writer.export_minari`, ...): the same
