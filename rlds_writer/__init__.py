@@ -79,6 +79,7 @@ _EXPORTS = {
     "DiskFullError": ("rlds_writer.errors", "DiskFullError"),
     "MergeError": ("rlds_writer.errors", "MergeError"),
     "MissingDependencyError": ("rlds_writer.errors", "MissingDependencyError"),
+    "SourceError": ("rlds_writer.errors", "SourceError"),
 }
 
 # Names whose attribute is a factory returning the real object.
