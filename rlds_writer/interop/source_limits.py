@@ -138,3 +138,47 @@ def source_errors(path: os.PathLike | str, what: str = "") -> Iterator[None]:
     except _READ_ERRORS as e:
         where = f"{os.fspath(path)}: {what}: " if what else f"{os.fspath(path)}: "
         raise SourceError(f"{where}cannot be read ({type(e).__name__}: {_first_line(e)})") from e
+
+
+# Bits per value of Parquet's physical types once decoded into Arrow (byte
+# arrays: their 32-bit offset); FIXED_LEN_BYTE_ARRAY uses its length.
+_PARQUET_BITS = {
+    "BOOLEAN": 1,
+    "INT32": 32,
+    "INT64": 64,
+    "INT96": 96,
+    "FLOAT": 32,
+    "DOUBLE": 64,
+    "BYTE_ARRAY": 32,
+}
+
+
+def check_parquet(path: os.PathLike | str, max_inflation: float | None = None) -> None:
+    """Refuses a Parquet file whose footer declares more decoded data than the budget allows.
+
+    Each column chunk counts its uncompressed size, or its value count times
+    the width of a decoded value if that is larger (run-length and
+    dictionary encoding make 10**9 equal values a few bytes on disk).
+    """
+    import pyarrow.parquet as pq
+
+    path = os.fspath(path)
+    with source_errors(path, "Parquet footer"):
+        meta = pq.ParquetFile(path).metadata
+        budget = Budget(path, max_inflation)
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for c in range(group.num_columns):
+                column = group.column(c)
+                kind = column.physical_type
+                bits = _PARQUET_BITS.get(kind, 8)
+                if kind == "FIXED_LEN_BYTE_ARRAY":
+                    length = meta.schema.column(c).length or 1
+                    bits = 8 * max(int(length), 1)
+                values = max(int(column.num_values), int(group.num_rows))
+                decoded = max(int(column.total_uncompressed_size), values * bits // 8)
+                budget.take(
+                    decoded,
+                    f"row group {g} column {column.path_in_schema!r}",
+                    f"{values} values",
+                )
