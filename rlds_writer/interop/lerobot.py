@@ -146,12 +146,14 @@ def _tasks(root: Path) -> dict[int, str]:
     if text is None or "task_index" not in names:
         raise SpecError(f"{path}: expected task text and task_index columns")
     tasks: dict[int, str] = {}
+    count = table.num_rows
     for index, task in zip(
         table.column("task_index").to_pylist(), table.column(text).to_pylist(), strict=True
     ):
-        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
             raise SourceError(
-                f"{path}: task_index {index!r} of task {task!r}; expected an integer >= 0"
+                f"{path}: task_index {index!r} of task {task!r}; expected 0 to {count - 1} "
+                f"(LeRobot numbers its {count} tasks from 0)"
             )
         if index in tasks:
             raise SourceError(f"{path}: task_index {index} is given to two tasks")
@@ -165,7 +167,7 @@ def _task_texts(tasks: dict[int, str], indices: Any, where: str) -> list[str]:
         return [tasks[int(i)] for i in indices]
     except KeyError as e:
         raise SourceError(
-            f"{where}: task_index {e.args[0]} is not in {layout.TASKS_PATH} "
+            f"{where}'s frames: task_index {e.args[0]} is not in {layout.TASKS_PATH} "
             f"(it has {len(tasks)} tasks)"
         ) from None
 
@@ -264,7 +266,7 @@ def _ours(
         elif column.key in mapping.get("video_columns", ()):
             values = videos.episode(column.key, meta)
         elif task.get("where") == "step" and "/".join(column.path) == task.get("path"):
-            values = _task_texts(tasks, task_index, "data")
+            values = _task_texts(tasks, task_index, f"episode {meta['episode_index']}")
         else:
             raise SpecError(f"{column.key}: in meta/rlds_writer.json but not in the data")
         if column.kind == "string":
@@ -326,7 +328,7 @@ def _foreign(
             path = tuple(key.split("."))
         _nest(steps, path, values, key)
     steps["language_instruction"] = _task_texts(
-        tasks, table.column("task_index").to_numpy(), "data"
+        tasks, table.column("task_index").to_numpy(), f"episode {meta['episode_index']}"
     )
     names = table.column_names
     done = (

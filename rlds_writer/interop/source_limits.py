@@ -94,9 +94,13 @@ class Budget:
         """Counts `nbytes` declared by `field` (described by `what`); refuses past the limit."""
         self.declared += int(nbytes)
         if self.declared > self.limit:
+            total = (
+                ""
+                if self.declared == nbytes
+                else f"; with the arrays read before it that is {size_text(self.declared)}"
+            )
             raise SourceError(
-                f"{self.path}: {field} declares {what} ({size_text(nbytes)}); with the arrays "
-                f"read before it that is {size_text(self.declared)}, more than "
+                f"{self.path}: {field} declares {what} ({size_text(nbytes)}){total}, more than "
                 f"{self.ratio:g}x the file's {size_text(self.file_size)} (a forged size or a "
                 "decompression bomb); if the file is genuine and this compressible, pass a "
                 "larger max_inflation (--max-inflation)"
