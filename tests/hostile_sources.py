@@ -206,7 +206,7 @@ print(json.dumps({"code": code, "baseline": before * 1024, "growth": (after - be
 """
 
 
-def run_cli_measured(*args: str, address_space: int = 16 << 30) -> tuple[dict, str]:
+def run_cli_measured(*args: str, address_space: int = 4 << 30) -> tuple[dict, str]:
     """Runs the CLI in a child; returns ({code, baseline, growth} in bytes, stderr).
 
     The child's address space is capped (`address_space`) so that a regression
