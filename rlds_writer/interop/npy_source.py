@@ -12,6 +12,7 @@ array (no second copy), and zipfile checks the member's CRC at its end.
 
 from __future__ import annotations
 
+import ast
 import os
 import zipfile
 from typing import Any, BinaryIO
@@ -40,8 +41,21 @@ def _header(fp: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
         return npy.read_array_header_1_0(fp, max_header_size=_MAX_HEADER_SIZE)
     if version == (2, 0):
         return npy.read_array_header_2_0(fp, max_header_size=_MAX_HEADER_SIZE)
-    # 3.0 (utf-8 field names) has no public reader.
-    return npy._read_array_header(fp, version, max_header_size=_MAX_HEADER_SIZE)
+    if version != (3, 0):
+        raise ValueError(f".npy format version {version[0]}.{version[1]} (numpy writes 1.0 to 3.0)")
+    # 3.0 is 2.0 with a utf-8 header (non-latin-1 field names); numpy has no public reader.
+    length = int.from_bytes(fp.read(4), "little")
+    if length > _MAX_HEADER_SIZE:
+        raise ValueError(f"a header of {length} bytes (numpy's limit is {_MAX_HEADER_SIZE})")
+    header = ast.literal_eval(fp.read(length).decode("utf-8"))
+    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
+        raise ValueError("the header is not a dict of descr, fortran_order and shape")
+    shape, fortran = header["shape"], header["fortran_order"]
+    if not isinstance(shape, tuple) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise ValueError(f"shape is {shape!r}")
+    if not isinstance(fortran, bool):
+        raise ValueError(f"fortran_order is {fortran!r}")
+    return shape, fortran, npy.descr_to_dtype(header["descr"])
 
 
 def read_npy(fp: BinaryIO, size: int, path: str, field: str, budget: Budget | None) -> np.ndarray:
