@@ -147,3 +147,7 @@ class SourceError(RLDSWriterError, ValueError):
     storage, virtual datasets) or holds values the format does not allow. The
     message names the file and the field.
     """
+
+    def __str__(self) -> str:
+        # File, member and link names come from the source: keep the message one line.
+        return super().__str__().replace("\r", "\\r").replace("\n", "\\n")
