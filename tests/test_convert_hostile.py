@@ -330,3 +330,15 @@ def test_marker_check_sees_the_victim():
     with tempfile.TemporaryDirectory() as d:
         Path(d, "x").write_bytes(b"ab" + np.float64(MARKER).tobytes())
         assert marker_in(Path(d))
+
+
+def test_a_file_name_with_a_newline_still_gives_one_line(tmp_path, capsys):
+    src = tmp_path / "npz"
+    src.mkdir()
+    members = {f"{k}.npy": npy_bytes(v) for k, v in episode_arrays().items()}
+    members["observations.npy"] = npy_header("<f8", (2**40,))
+    npz_members(src / "evil\nname.npz", members)
+    line = _cli_error(
+        capsys, ["convert", "--from", "npz-dir", str(src), str(tmp_path / "o")], r"evil\\nname"
+    )
+    assert "declares float64[1099511627776]" in line
