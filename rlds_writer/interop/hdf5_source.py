@@ -61,15 +61,24 @@ def refuse_external_links(f: Any, path: str) -> None:
     import h5py
 
     found: list[tuple[str, Any]] = []
+    failed: list[BaseException] = []
 
     def visit(name: str) -> Any:
-        link = f.get(name, getlink=True)
+        # An exception raised in the callback reaches the caller as a SystemError:
+        # keep it and stop the walk instead.
+        try:
+            link = f.get(name, getlink=True)
+        except Exception as e:  # noqa: BLE001 - re-raised below, outside libhdf5
+            failed.append(e)
+            return True
         if isinstance(link, h5py.ExternalLink):
             found.append((name, link))
             return True  # stop the walk
         return None
 
     f.visit_links(visit)
+    if failed:
+        raise failed[0]
     if found:
         name, link = found[0]
         raise SourceError(
