@@ -22,8 +22,9 @@ traced peak below `MEMORY_LIMIT`. In-suite runs are short
     RLDS_FUZZ_EXAMPLES=5000 nice -n 19 python -m pytest -q -x \
         tests/test_fuzz_importers.py -p no:cacheprovider
 
-HDF5 *bytes* are not mutated: libhdf5 itself is not hardened against corrupt
-files (it may abort the process), which no Python code can turn into an error.
+Byte mutations of a real D4RL HDF5 file run in a child process (seeded, not
+hypothesis): libhdf5 is C, and should it abort on a corrupt file the child
+reports which input did it instead of taking pytest down.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tracemalloc
 import zipfile
 
@@ -376,3 +379,66 @@ def test_the_honest_inputs_of_the_fuzzers_convert(tmp_path):
     assert _ends_cleanly(array_episodes._npz_episodes, str(src), {}, None, record=False) is None
     assert _ends_cleanly(d4rl.read_episodes, d4rl_file(tmp_path / "d.hdf5"), record=False) is None
     assert _ends_cleanly(lerobot.read_episodes, lerobot_dir(tmp_path / "lr"), record=False) is None
+
+
+# --------------------------------------------------------------------------- HDF5 bytes
+
+_HDF5_BYTES_CHILD = r"""
+import json, random, sys, tracemalloc
+from pathlib import Path
+from hostile_sources import d4rl_file
+from rlds_writer.errors import RLDSWriterError
+from rlds_writer.interop import array_episodes, d4rl
+from rlds_writer.interop.episodes import infer_schema
+
+tmp, count = Path(sys.argv[1]), int(sys.argv[2])
+base = d4rl_file(tmp / "base.hdf5").read_bytes()
+outcomes, peak = {}, 0
+for seed in range(count):
+    rng = random.Random(seed)
+    buf = bytearray(base)
+    for _ in range(rng.randint(1, 6)):
+        pos = rng.randrange(len(buf))
+        op = rng.choice(["flip", "byte", "size"])
+        if op == "flip":
+            buf[pos] ^= 1 << rng.randrange(8)
+        elif op == "byte":
+            buf[pos] = rng.randrange(256)
+        else:
+            buf[pos : pos + 4] = rng.choice([b"\xff\xff\xff\xff", b"\0\0\0\x7f"])
+    path = tmp / "mutated.hdf5"
+    path.write_bytes(bytes(buf))
+    print("input", seed, flush=True, file=sys.stderr)
+    for read in (lambda: d4rl.read_episodes(path),
+                 lambda: array_episodes._hdf5_episodes(str(path), {}, "/", None)):
+        tracemalloc.start()
+        try:
+            infer_schema(read())
+            outcome = "data"
+        except RLDSWriterError as e:
+            assert "\n" not in str(e), repr(e)
+            outcome = type(e).__name__
+        finally:
+            peak = max(peak, tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+print(json.dumps({"outcomes": outcomes, "peak": peak}))
+"""
+
+
+def test_byte_mutated_hdf5_files_end_in_data_or_one_line_error(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", _HDF5_BYTES_CHILD, str(tmp_path), str(EXAMPLES)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
+    last = [line for line in done.stderr.splitlines() if line.startswith("input ")][-1:]
+    assert done.returncode == 0, f"after {last}: {done.stderr[-3000:]}"
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"byte-mutated HDF5, {EXAMPLES} inputs x 2 readers: {result}")
+    assert result["peak"] < MEMORY_LIMIT
+    assert sum(result["outcomes"].values()) == 2 * EXAMPLES
+    assert result["outcomes"].get("data") and len(result["outcomes"]) > 1
