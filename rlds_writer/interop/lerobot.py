@@ -45,6 +45,7 @@ from rlds_writer.errors import (
     UnsupportedFeatureError,
 )
 from rlds_writer.interop import lerobot_layout as layout
+from rlds_writer.interop import lerobot_meta
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
 from rlds_writer.interop.export import default_discount
 from rlds_writer.interop.lerobot_video import VideoFrames
@@ -90,86 +91,8 @@ def load_info(root: Path) -> dict[str, Any]:
             f"{root}: LeRobot codebase_version {version}; only v3.x is read (convert older ones "
             "with LeRobot's lerobot.datasets.v30.convert_dataset_v21_to_v30 first)"
         )
-    _check_info(info, root / layout.INFO_PATH)
+    lerobot_meta.check_info(info, root / layout.INFO_PATH)
     return info
-
-
-def _check_info(info: dict[str, Any], where: Path) -> None:
-    """The info.json values the importer computes with: fps and each feature's dtype and shape."""
-    fps = info.get("fps")
-    videos = any(
-        isinstance(f, dict) and f.get("dtype") == "video" for f in info["features"].values()
-    )
-    if fps is not None or videos:
-        if isinstance(fps, bool) or not isinstance(fps, int | float) or not 0 < fps < float("inf"):
-            raise SourceError(
-                f"{where}: fps is {fps!r}; expected a positive number of frames per second "
-                "(LeRobot writes an integer, e.g. 30)"
-            )
-    for key, feature in info["features"].items():
-        if not isinstance(feature, dict):
-            raise SourceError(f"{where}: features[{key!r}] is not an object")
-        dtype, shape = feature.get("dtype"), feature.get("shape")
-        if not isinstance(dtype, str):
-            raise SourceError(f"{where}: features[{key!r}].dtype is {dtype!r}; expected a string")
-        if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**31 for d in shape
-        ):
-            raise SourceError(
-                f"{where}: features[{key!r}].shape is {shape!r}; expected a list of sizes"
-            )
-        if dtype not in ("image", "video", "string"):
-            try:
-                ok = np.dtype(dtype).kind in "biuf"
-            except TypeError:
-                ok = False
-            if not ok:
-                raise SourceError(
-                    f"{where}: features[{key!r}].dtype is {dtype!r}; expected a numeric dtype, "
-                    "image, video or string"
-                )
-
-
-def _tasks(root: Path) -> dict[int, str]:
-    """Task texts by task_index (the index of LeRobot's tasks frame is the text)."""
-    import pyarrow.parquet as pq
-
-    path = root / layout.TASKS_PATH
-    check_parquet(path)
-    with source_errors(path):
-        table = pq.read_table(path)
-    names = table.column_names
-    text = next(
-        (n for n in ("task", "__index_level_0__") if n in names),
-        next((n for n in names if n != "task_index"), None),
-    )
-    if text is None or "task_index" not in names:
-        raise SpecError(f"{path}: expected task text and task_index columns")
-    tasks: dict[int, str] = {}
-    count = table.num_rows
-    for index, task in zip(
-        table.column("task_index").to_pylist(), table.column(text).to_pylist(), strict=True
-    ):
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
-            raise SourceError(
-                f"{path}: task_index {index!r} of task {task!r}; expected 0 to {count - 1} "
-                f"(LeRobot numbers its {count} tasks from 0)"
-            )
-        if index in tasks:
-            raise SourceError(f"{path}: task_index {index} is given to two tasks")
-        tasks[index] = "" if task is None else str(task)
-    return tasks
-
-
-def _task_texts(tasks: dict[int, str], indices: Any, where: str) -> list[str]:
-    """The task text of each frame; an index the tasks file lacks is an error naming it."""
-    try:
-        return [tasks[int(i)] for i in indices]
-    except KeyError as e:
-        raise SourceError(
-            f"{where}'s frames: task_index {e.args[0]} is not in {layout.TASKS_PATH} "
-            f"(it has {len(tasks)} tasks)"
-        ) from None
 
 
 def _parquet_rows(files: list[Path]) -> Iterator[dict[str, Any]]:
@@ -266,7 +189,7 @@ def _ours(
         elif column.key in mapping.get("video_columns", ()):
             values = videos.episode(column.key, meta)
         elif task.get("where") == "step" and "/".join(column.path) == task.get("path"):
-            values = _task_texts(tasks, task_index, f"episode {meta['episode_index']}")
+            values = lerobot_meta.task_texts(tasks, task_index, f"episode {meta['episode_index']}")
         else:
             raise SpecError(f"{column.key}: in meta/rlds_writer.json but not in the data")
         if column.kind == "string":
@@ -327,7 +250,7 @@ def _foreign(
         else:
             path = tuple(key.split("."))
         _nest(steps, path, values, key)
-    steps["language_instruction"] = _task_texts(
+    steps["language_instruction"] = lerobot_meta.task_texts(
         tasks, table.column("task_index").to_numpy(), f"episode {meta['episode_index']}"
     )
     names = table.column_names
@@ -360,7 +283,7 @@ def read_episodes(src: os.PathLike | str) -> Iterator[SourceEpisode]:
     """Yields the episodes of a LeRobot v3 dataset, one at a time (see the module doc)."""
     root = _root(src)
     info = load_info(root)
-    tasks = _tasks(root)
+    tasks = lerobot_meta.load_tasks(root)
     mapping_file = root / layout.MAPPING_PATH
     mapping = _json(mapping_file) if mapping_file.is_file() else None
     metas = _parquet_rows(sorted((root / "meta" / "episodes").glob("*/*.parquet")))
@@ -384,9 +307,9 @@ def _episodes(
 ) -> Iterator[SourceEpisode]:
     for table in _episode_tables(root):
         index = int(table.column("episode_index")[0].as_py())
-        meta = _meta_row(next(metas, None), root)
+        meta = lerobot_meta.meta_row(next(metas, None), root)
         while meta is not None and meta["episode_index"] < index:
-            meta = _meta_row(next(metas, None), root)
+            meta = lerobot_meta.meta_row(next(metas, None), root)
         if meta is None or meta["episode_index"] != index:
             raise SpecError(f"{root}: episode {index} has frames but no meta/episodes row")
         if meta["length"] != table.num_rows:
@@ -398,19 +321,6 @@ def _episodes(
             yield _ours(table, meta, mapping, tasks, videos)
         else:
             yield _foreign(table, meta, info, tasks, videos)
-
-
-def _meta_row(row: dict[str, Any] | None, root: Path) -> dict[str, Any] | None:
-    """A meta/episodes row, its episode_index and length checked."""
-    if row is None:
-        return None
-    for name in ("episode_index", "length"):
-        value = row.get(name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise SourceError(
-                f"{root}/meta/episodes: {name} is {value!r} in a row; expected an integer >= 0"
-            )
-    return row
 
 
 def convert(
