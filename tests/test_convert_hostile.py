@@ -232,7 +232,7 @@ def test_npz_deflate_bomb_is_refused_within_bounded_memory(tmp_path, capsys):
     _python_error(lambda: rlds_writer.convert("npz-dir", src, tmp_path / "py"), "observations")
 
 
-def test_max_inflation_lets_a_genuine_compressible_file_through(tmp_path, monkeypatch):
+def test_max_inflation_lets_a_genuine_compressible_file_through(tmp_path, monkeypatch, capsys):
     from rlds_writer.interop import source_limits
 
     # The allowance is 64 MiB; lowered here so that a small file shows the rule.
@@ -250,6 +250,11 @@ def test_max_inflation_lets_a_genuine_compressible_file_through(tmp_path, monkey
     )
     report = rlds_writer.convert("npz-dir", src, tmp_path / "b", max_inflation=5000)
     assert report.steps == 1 << 13
+    argv = ["convert", "--from", "npz-dir", str(src), str(tmp_path / "c")]
+    assert main([*argv, "--max-inflation", "5000"]) == 0
+    _cli_error(capsys, [*argv, "--max-inflation", "0"], "positive ratio")
+    lerobot = ["convert", "--from", "lerobot", str(src), str(tmp_path / "d")]
+    _cli_error(capsys, [*lerobot, "--max-inflation", "5"], "applies to d4rl-hdf5, npz-dir")
 
 
 def _huge_unallocated(f, key, rows, row_shape=(), dtype="f4"):
