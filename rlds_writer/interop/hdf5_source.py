@@ -60,27 +60,20 @@ def refuse_external_links(f: Any, path: str) -> None:
     """Refuses an external link anywhere in the file (soft links may lead to any of them)."""
     import h5py
 
-    found: list[tuple[str, Any]] = []
-    failed: list[BaseException] = []
+    found: list[bytes] = []
 
-    def visit(name: str) -> Any:
-        # An exception raised in the callback reaches the caller as a SystemError:
-        # keep it and stop the walk instead.
-        try:
-            link = f.get(name, getlink=True)
-        except Exception as e:  # noqa: BLE001 - re-raised below, outside libhdf5
-            failed.append(e)
-            return True
-        if isinstance(link, h5py.ExternalLink):
-            found.append((name, link))
+    def visit(name: bytes, info: Any) -> Any:
+        # The link's type comes with the visit: no path is resolved (a deep file
+        # would cost its depth per link).
+        if info.type == h5py.h5l.TYPE_EXTERNAL:
+            found.append(name)
             return True  # stop the walk
         return None
 
-    f.visit_links(visit)
-    if failed:
-        raise failed[0]
+    f.id.links.visit(visit, info=True)
     if found:
-        name, link = found[0]
+        name = found[0].decode("utf-8", "replace")
+        link = f.get(name, getlink=True)
         raise SourceError(
             f"{path}: /{name} is an external link to {link.path} in {link.filename}; "
             f"an importer reads only the file it is given: {_FIX}"
