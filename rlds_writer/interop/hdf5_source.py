@@ -118,8 +118,10 @@ def walk(root: Any, path: str) -> Contents:
                     while node is not None and node != item.id:
                         node = parent[node]
                     if node is not None:
+                        base = root.name.rstrip("/")
+                        target = f"{base}/{seen[item.id]}".rstrip("/") or "/"
                         raise SourceError(
-                            f"{path}: group /{key} links back to /{seen[item.id]}, which holds "
+                            f"{path}: group {base}/{key} links back to {target}, which holds "
                             "it (a cycle); remove the link"
                         )
                     continue
