@@ -10,7 +10,8 @@ The rule, for every source file: the arrays read from it may declare at most
 `max_inflation` times the file's size in bytes, or `INFLATION_ALLOWANCE`,
 whichever is larger. The default ratio, 100, is Apache POI's zip-bomb ratio:
 real data rarely compresses further (an all-zero camera does; pass a larger
-`max_inflation`, or `--max-inflation`, for such a file). Peak memory is then
+`max_inflation`, or `--max-inflation`, for such a file; `inf` turns the
+check off). Peak memory is then
 bounded by a small multiple of the bytes on disk.
 
 `source_errors` turns what the libraries raise on malformed bytes (h5py's
@@ -87,7 +88,7 @@ class Budget:
         self.path = os.fspath(path)
         self.ratio = check_max_inflation(max_inflation)
         self.file_size = os.path.getsize(self.path) if file_size is None else file_size
-        self.limit = max(INFLATION_ALLOWANCE, int(self.ratio * self.file_size))
+        self.limit = max(INFLATION_ALLOWANCE, self.ratio * self.file_size)  # inf: no limit
         self.declared = 0
 
     def take(self, nbytes: int, field: str, what: str) -> None:
