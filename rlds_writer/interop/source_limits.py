@@ -11,8 +11,8 @@ The rule, for every source file: the arrays read from it may declare at most
 whichever is larger. The default ratio, 100, is Apache POI's zip-bomb ratio:
 real data rarely compresses further (an all-zero camera does; pass a larger
 `max_inflation`, or `--max-inflation`, for such a file; `inf` turns the
-check off). Peak memory is then
-bounded by a small multiple of the bytes on disk.
+check off). Peak memory is then bounded by a small multiple of the bytes on
+disk.
 
 `source_errors` turns what the libraries raise on malformed bytes (h5py's
 `OSError`, numpy's `ValueError`, zipfile's `BadZipFile`, pyarrow's
