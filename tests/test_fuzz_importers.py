@@ -274,9 +274,21 @@ def test_hdf5_layouts_end_in_data_or_one_line_error(tmp_path, data, rows, extras
     secret = victim(tmp_path / "victim.h5")
     src = _fresh(tmp_path, "d4rl.hdf5")
     present = data.draw(st.lists(st.sampled_from(D4RL_KEYS), unique=True, min_size=3))
+    # Half the files have honest core datasets, so that the extras reach the data path.
+    honest = data.draw(st.booleans())
     with h5py.File(src, "w") as f:
         for key in present:
-            _make(f, key, data.draw(hdf5_datasets(rows)))
+            if honest and key in ("terminals", "timeouts"):
+                spec = ("bool", rows, 0, 0)
+            elif honest:
+                spec = ("rows", rows, data.draw(st.integers(0, 3)), 0)
+            else:
+                spec = data.draw(hdf5_datasets(rows))
+            _make(f, key, spec)
+        if honest:
+            for key in ("observations", "actions", "rewards", "terminals"):
+                if key not in f:
+                    _make(f, key, ("bool" if key == "terminals" else "rows", rows, 0, 0))
         for extra in extras:
             if extra == "cycle" and "loop" not in f:
                 f["loop/a/back"] = h5py.SoftLink("/loop") if rows % 2 else f.require_group("loop")
