@@ -95,6 +95,7 @@ _EXPORTS = {
     "MergeError": ("rlds_writer.errors", "MergeError"),
     "MissingDependencyError": ("rlds_writer.errors", "MissingDependencyError"),
     "NotADatasetError": ("rlds_writer.errors", "NotADatasetError"),
+    "SourceError": ("rlds_writer.errors", "SourceError"),
 }
 
 # Names whose attribute is a factory returning the real object.

@@ -317,3 +317,17 @@ def _is_optional(error: ModuleNotFoundError) -> bool:
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """`n` and the noun that agrees with it: "1 episode", "3 episodes"."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+class SourceError(RLDSWriterError, ValueError):
+    """A file given to `convert` cannot be read safely as its format says.
+
+    It is malformed, declares more data than it holds (a forged header, a
+    decompression bomb), points outside itself (HDF5 external links, external
+    storage, virtual datasets) or holds values the format does not allow. The
+    message names the file and the field.
+    """
+
+    def __str__(self) -> str:
+        # File, member and link names come from the source: keep the message one line.
+        return super().__str__().replace("\r", "\\r").replace("\n", "\\n")

@@ -40,7 +40,11 @@ from typing import Any
 
 import numpy as np
 
+from rlds_writer.errors import SourceError
+from rlds_writer.interop import hdf5_source
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
+from rlds_writer.interop.npy_source import NpzFile, load_npy
+from rlds_writer.interop.source_limits import Budget, check_max_inflation, source_errors
 
 DEFAULT_KEYS = {
     "observation": ("observations", "observation", "obs"),
@@ -51,6 +55,7 @@ DEFAULT_KEYS = {
 }
 _FIELDS = ("observation", "action", "reward", "discount", "terminated", "truncated")
 Getter = Callable[[str], Any]  # key path -> array, or None if absent
+_HDF5_EXPECTED = "an HDF5 file with one group per episode"
 
 
 def parse_mapping(items: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
@@ -82,7 +87,7 @@ def _pick(get: Getter, mapping: dict[str, str], field: str, where: str) -> Any:
     if field in mapping:
         value = get(mapping[field])
         if value is None:
-            raise ValueError(f"{where}: no key {mapping[field]!r} (mapped to {field})")
+            raise SourceError(f"{where}: no key {mapping[field]!r} (mapped to {field})")
         return np.asarray(value)
     for key in DEFAULT_KEYS.get(field, ()):
         value = get(key)
@@ -101,12 +106,12 @@ def source_episode(get: Getter, mapping: dict[str, str], where: str) -> SourceEp
         for name, key in parts.items():
             value = get(key)
             if value is None:
-                raise ValueError(f"{where}: no key {key!r} (mapped to observation/{name})")
+                raise SourceError(f"{where}: no key {key!r} (mapped to observation/{name})")
             observations[name] = np.asarray(value)
     else:
         observations = _pick(get, mapping, "observation", where)
         if observations is None:
-            raise ValueError(
+            raise SourceError(
                 f"{where}: no observations; name them with --map observation=KEY "
                 f"(looked for {list(DEFAULT_KEYS['observation'])})"
             )
@@ -114,7 +119,7 @@ def source_episode(get: Getter, mapping: dict[str, str], where: str) -> SourceEp
     rewards = _pick(get, mapping, "reward", where)
     if actions is None or rewards is None:
         missing = "action" if actions is None else "reward"
-        raise ValueError(
+        raise SourceError(
             f"{where}: no {missing}s; name them with --map {missing}=KEY "
             f"(looked for {list(DEFAULT_KEYS[missing])})"
         )
@@ -128,7 +133,7 @@ def source_episode(get: Getter, mapping: dict[str, str], where: str) -> SourceEp
         if top in ("step", "episode"):
             value = get(key)
             if value is None:
-                raise ValueError(f"{where}: no key {key!r} (mapped to {field})")
+                raise SourceError(f"{where}: no key {key!r} (mapped to {field})")
             (step_metadata if top == "step" else episode_metadata)[name] = np.asarray(value)
     return SourceEpisode(
         observations=observations,
@@ -145,45 +150,62 @@ def _natural(name: str) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
 
-def _npz_episodes(src: str, mapping: dict[str, str]) -> Iterator[SourceEpisode]:
+def _npz_episodes(
+    src: str, mapping: dict[str, str], max_inflation: float | None
+) -> Iterator[SourceEpisode]:
     names = sorted(os.listdir(src), key=_natural)
     entries = [n for n in names if n.endswith(".npz") or os.path.isdir(os.path.join(src, n))]
     if not entries:
-        raise ValueError(f"{src}: no .npz files or episode subdirectories of .npy files")
+        raise SourceError(f"{src}: no .npz files or episode subdirectories of .npy files")
     for name in entries:
         path = os.path.join(src, name)
         if os.path.islink(path):
-            raise ValueError(f"{path}: a symbolic link; episodes must be files in {src}")
+            raise SourceError(f"{path}: a symbolic link; episodes must be files in {src}")
         if name.endswith(".npz"):
-            with np.load(path, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
+            # Members are read when the mapping asks for them, headers checked first.
+            with NpzFile(path, max_inflation) as data:
+                yield source_episode(data.get, mapping, path)
         else:
-            arrays = {
-                f[: -len(".npy")]: np.load(os.path.join(path, f), allow_pickle=False)
-                for f in sorted(os.listdir(path))
-                if f.endswith(".npy")
-            }
-        yield source_episode(arrays.get, mapping, path)
+            arrays = {}
+            for f in sorted(os.listdir(path)):
+                file = os.path.join(path, f)
+                if f.endswith(".npy"):
+                    if os.path.islink(file) or not os.path.isfile(file):
+                        raise SourceError(f"{file}: not a regular file; episodes must be files")
+                    arrays[f[: -len(".npy")]] = load_npy(file)
+            yield source_episode(arrays.get, mapping, path)
 
 
-def _hdf5_episodes(src: str, mapping: dict[str, str], group: str) -> Iterator[SourceEpisode]:
+def _hdf5_episodes(
+    src: str, mapping: dict[str, str], group: str, max_inflation: float | None
+) -> Iterator[SourceEpisode]:
     import h5py
 
-    with h5py.File(src, "r") as f:
-        if group not in f or not isinstance(f[group], h5py.Group):
-            raise ValueError(f"{src}: no group {group!r}; pass --episodes-group with the parent")
-        parent = f[group]
-        names = sorted((n for n in parent if isinstance(parent[n], h5py.Group)), key=_natural)
+    with hdf5_source.open_file(src, _HDF5_EXPECTED) as f, source_errors(src):
+        parent = f.get(group)
+        if not isinstance(parent, h5py.Group):
+            raise SourceError(f"{src}: no group {group!r}; pass --episodes-group with the parent")
+        names = sorted((n for n in parent if isinstance(parent.get(n), h5py.Group)), key=_natural)
         if not names:
-            raise ValueError(f"{src}: group {group!r} holds no episode groups")
+            raise SourceError(f"{src}: group {group!r} holds no episode groups")
+        budget = Budget(src, max_inflation)
         for name in names:
             episode = parent[name]
+            where = f"{src}:{group}/{name}"
+            cache: dict[str, Any] = {}
 
-            def get(key: str, episode: Any = episode) -> Any:
-                node = episode.get(key)
-                return node[()] if isinstance(node, h5py.Dataset) else None
+            def get(key: str, episode: Any = episode, cache: dict = cache, name: str = name) -> Any:
+                if key not in cache:
+                    ds = hdf5_source.dataset(episode, key, src)
+                    if ds is None:
+                        cache[key] = None
+                    else:
+                        field = f"{group}/{name}/{key}"
+                        hdf5_source.take(budget, ds, field)
+                        cache[key] = hdf5_source.read_all(ds, field, src)
+                return cache[key]
 
-            yield source_episode(get, mapping, f"{src}:{group}/{name}")
+            yield source_episode(get, mapping, where)
 
 
 def convert(
@@ -194,6 +216,7 @@ def convert(
     mapping: Sequence[str] | Mapping[str, str] | None = None,
     episodes_group: str = "data",
     name: str | None = None,
+    max_inflation: float | None = None,
     **write_kwargs: Any,
 ) -> ConversionReport:
     """Converts episodes stored as arrays into an RLDS dataset.
@@ -205,6 +228,9 @@ def convert(
       mapping: `FIELD=KEY` strings or a `{field: key}` dict (module doc).
       episodes_group: `hdf5-episodes`: the group whose child groups are episodes.
       name: the dataset name (default: from the source's name).
+      max_inflation: the arrays read from one file may declare at most this
+        many times its size (default 100; `source_limits`): forged `.npy`
+        headers, deflate bombs and unallocated HDF5 datasets are refused.
       **write_kwargs: `episodes.write_episodes` options (mode, file_format, ...).
 
     Returns:
@@ -212,19 +238,20 @@ def convert(
     """
     src = os.fspath(src)
     fields = parse_mapping(mapping)
+    check_max_inflation(max_inflation)
     if layout == "npz-dir":
         if not os.path.isdir(src):
-            raise ValueError(f"{src}: expected a directory of .npz episodes")
+            raise SourceError(f"{src}: expected a directory of .npz episodes")
 
         def make() -> Iterator[SourceEpisode]:
-            return _npz_episodes(src, fields)
+            return _npz_episodes(src, fields, max_inflation)
 
     elif layout == "hdf5-episodes":
         if not os.path.isfile(src):
-            raise ValueError(f"{src}: expected an HDF5 file with one group per episode")
+            raise SourceError(f"{src}: expected {_HDF5_EXPECTED}")
 
         def make() -> Iterator[SourceEpisode]:
-            return _hdf5_episodes(src, fields, episodes_group)
+            return _hdf5_episodes(src, fields, episodes_group, max_inflation)
 
     else:
         raise ValueError(f"layout must be 'npz-dir' or 'hdf5-episodes', got {layout!r}")

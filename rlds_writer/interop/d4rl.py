@@ -39,12 +39,16 @@ from typing import Any
 
 import numpy as np
 
+from rlds_writer.errors import SourceError
+from rlds_writer.interop import hdf5_source
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
+from rlds_writer.interop.source_limits import Budget, source_errors
 from rlds_writer.store.layout import jsonable
 
 _CORE = ("observations", "actions", "rewards", "terminals", "timeouts", "next_observations")
 # Metadata arrays larger than this are described (dtype, shape) instead of copied.
 _MAX_METADATA_ELEMENTS = 4096
+_EXPECTED = "a D4RL-style .hdf5 file"
 
 
 def episode_bounds(
@@ -74,33 +78,24 @@ def episode_bounds(
     return bounds
 
 
-def _datasets(group: Any, prefix: str = "") -> dict[str, Any]:
-    import h5py
-
-    out = {}
-    for key, item in group.items():
-        if isinstance(item, h5py.Group):
-            out.update(_datasets(item, f"{prefix}{key}/"))
-        else:
-            out[f"{prefix}{key}"] = item
-    return out
-
-
-def _metadata(f: Any) -> dict[str, Any]:
+def _metadata(f: Any, path: str, budget: Budget) -> dict[str, Any]:
     import h5py
 
     out: dict[str, Any] = {"format": "d4rl-hdf5"}
-    for key, value in f.attrs.items():
+    for key, value in hdf5_source.attributes(f, path):
         out[key] = jsonable(value)
     group = f.get("metadata")
     if isinstance(group, h5py.Group):
-        for key, value in group.attrs.items():
+        for key, value in hdf5_source.attributes(group, path):
             out[f"metadata/{key}"] = jsonable(value)
-        for key, ds in _datasets(group, "metadata/").items():
-            if ds.size <= _MAX_METADATA_ELEMENTS:
-                out[key] = jsonable(ds[()])
+        for key, ds in hdf5_source.walk(group, path).datasets.items():
+            key = f"metadata/{key}"
+            if (ds.size or 0) <= _MAX_METADATA_ELEMENTS:
+                hdf5_source.take(budget, ds, key)
+                out[key] = jsonable(hdf5_source.read_all(ds, key, path))
             else:
-                out[key] = {"dtype": ds.dtype.name, "shape": list(ds.shape), "copied": False}
+                shape = list(ds.shape or ())
+                out[key] = {"dtype": ds.dtype.name, "shape": shape, "copied": False}
     return out
 
 
@@ -115,16 +110,26 @@ def _nest(flat: dict[str, np.ndarray]) -> dict[str, Any]:
     return out
 
 
+def _rows(ds: Any) -> int | None:
+    shape = ds.shape or ()
+    return int(shape[0]) if shape else None
+
+
 def _check_lengths(columns: dict[str, Any], n: int, path: os.PathLike | str) -> None:
     for key, ds in columns.items():
-        if ds.shape[:1] != (n,):
-            raise ValueError(
-                f"{path}: {key} has {ds.shape[0] if ds.shape else 0} rows, rewards has {n}"
+        if _rows(ds) != n:
+            rows = _rows(ds)
+            raise SourceError(
+                f"{path}: {key} has {'no rows (a scalar)' if rows is None else f'{rows} rows'}, "
+                f"rewards has {n}; every dataset of a D4RL file has one row per transition"
             )
 
 
 def read_episodes(
-    path: os.PathLike | str, drop_partial: bool = False, notes: list[str] | None = None
+    path: os.PathLike | str,
+    drop_partial: bool = False,
+    notes: list[str] | None = None,
+    max_inflation: float | None = None,
 ) -> Iterator[SourceEpisode]:
     """Yields the episodes of a D4RL-style HDF5 file (see the module doc).
 
@@ -132,45 +137,58 @@ def read_episodes(
       path: the `.hdf5` file.
       drop_partial: drop a trailing partial episode instead of keeping it as truncated.
       notes: if given, remarks about the file are appended to it.
+      max_inflation: the datasets read may declare at most this many times the
+        file's size (`source_limits`; default 100).
 
     Raises:
-      ValueError: if a required dataset is missing or lengths differ.
+      SourceError: if a required dataset is missing, lengths differ, the file
+        links to other files or declares more data than it can hold.
     """
-    import h5py
-
-    _check_file(path)
-    with h5py.File(os.fspath(path), "r") as f:
-        missing = [k for k in ("observations", "actions", "rewards", "terminals") if k not in f]
+    path = os.fspath(path)
+    with hdf5_source.open_file(path, _EXPECTED) as f, source_errors(path):
+        flat = hdf5_source.walk(f, path).datasets
+        missing = [k for k in ("observations", "actions", "rewards", "terminals") if k not in flat]
         if missing:
-            raise ValueError(f"{path}: not a D4RL file, missing datasets {missing}")
-        flat = _datasets(f)
-        n = int(f["rewards"].shape[0])
+            raise SourceError(
+                f"{path}: not a D4RL file, missing datasets {missing} (found {sorted(flat)[:8]})"
+            )
+        n = _rows(flat["rewards"])
+        if n is None:
+            raise SourceError(f"{path}: rewards is a scalar; expected one row per transition")
         per_row = {
             k: ds
             for k, ds in flat.items()
-            if not k.startswith("metadata/") and ds.shape[:1] == (n,) and k not in _CORE
+            if not k.startswith("metadata/") and _rows(ds) == n and k not in _CORE
         }
         skipped = sorted(
             k for k in flat if k not in per_row and k not in _CORE and not k.startswith("metadata/")
         )
-        core = {k: f[k] for k in _CORE if k in f}
+        core = {k: flat[k] for k in _CORE if k in flat}
         _check_lengths(core, n, path)
-        timeouts = f["timeouts"][()] if "timeouts" in f else None
-        bounds = episode_bounds(f["terminals"][()], timeouts, drop_partial)
+        budget = Budget(path, max_inflation)
+        for key, ds in {**core, **per_row}.items():
+            hdf5_source.take(budget, ds, key)
+        terminals = hdf5_source.read_all(core["terminals"], "terminals", path)
+        timeouts = (
+            hdf5_source.read_all(core["timeouts"], "timeouts", path) if "timeouts" in core else None
+        )
+        bounds = episode_bounds(terminals, timeouts, drop_partial)
         if notes is not None:
-            notes.extend(_notes(f, n, timeouts, skipped, drop_partial))
-        has_next = "next_observations" in f
+            notes.extend(
+                _notes(terminals, n, timeouts, skipped, drop_partial, "next_observations" in core)
+            )
+        has_next = "next_observations" in core
         for index, (start, stop, terminated) in enumerate(bounds):
             rows = slice(start, stop)
-            obs = f["observations"][rows]
+            obs = core["observations"][rows]
             if has_next:
-                obs = np.concatenate([obs, f["next_observations"][stop - 1 : stop]], axis=0)
+                obs = np.concatenate([obs, core["next_observations"][stop - 1 : stop]], axis=0)
             yield SourceEpisode(
                 observations=obs,
-                actions=f["actions"][rows],
-                rewards=f["rewards"][rows],
+                actions=core["actions"][rows],
+                rewards=core["rewards"][rows],
                 terminated=terminated,
-                discounts=(1.0 - f["terminals"][rows].astype(np.float32)).astype(np.float32),
+                discounts=(1.0 - np.asarray(terminals[rows]).astype(np.float32)).astype(np.float32),
                 # One value per row, i.e. per transition: with next_observations
                 # the extra final step gets zeros.
                 transition_metadata=_nest({k: ds[rows] for k, ds in per_row.items()}),
@@ -179,13 +197,18 @@ def read_episodes(
 
 
 def _notes(
-    f: Any, n: int, timeouts: np.ndarray | None, skipped: list[str], drop_partial: bool
+    terminals: np.ndarray,
+    n: int,
+    timeouts: np.ndarray | None,
+    skipped: list[str],
+    drop_partial: bool,
+    has_next: bool,
 ) -> list[str]:
     """Remarks about how a file was read, for the report."""
     notes = []
     if timeouts is None:
         notes.append("no 'timeouts' dataset: episodes end at terminals only")
-    ends = np.asarray(f["terminals"][()]).astype(bool).reshape(-1)
+    ends = np.asarray(terminals).astype(bool).reshape(-1)
     if timeouts is not None:
         ends |= np.asarray(timeouts).astype(bool).reshape(-1)
     flagged = np.flatnonzero(ends)
@@ -193,7 +216,7 @@ def _notes(
     if tail:
         action = "dropped" if drop_partial else "kept as a truncated episode"
         notes.append(f"trailing partial episode of {tail} rows (no terminal/timeout): {action}")
-    if "next_observations" not in f:
+    if not has_next:
         notes.append(
             "no 'next_observations': the observation after an episode's last row is not "
             "stored; the final step holds the last row's observation, action and reward"
@@ -209,38 +232,45 @@ def convert(
     *,
     name: str | None = None,
     drop_partial: bool = False,
+    max_inflation: float | None = None,
     **write_kwargs: Any,
 ) -> ConversionReport:
     """Converts a D4RL-style HDF5 file into an RLDS dataset.
+
+    The file must hold its data itself: external links, external storage and
+    virtual datasets are refused (`hdf5_source`).
 
     Args:
       src: the `.hdf5` file.
       dest: the dataset directory to write.
       name: the dataset name (default: the file name without suffix).
       drop_partial: drop a trailing partial episode (default: keep as truncated).
+      max_inflation: the datasets may declare at most this many times the
+        file's size (default 100; raise it for a genuine, very compressible file).
       **write_kwargs: `episodes.write_episodes` options (mode, file_format,
         `image_encoding="png" | "jpeg" | "bytes"` (default png: images become
         `tfds.features.Image`s), `jpeg_quality`, ...).
 
     Returns:
       The conversion report.
-    """
-    import h5py
 
+    Raises:
+      SourceError: for a file that is not a self-contained D4RL file.
+    """
+    src = os.fspath(src)
     notes: list[str] = []
-    _check_file(src)
-    with h5py.File(os.fspath(src), "r") as f:
-        metadata = _metadata(f)
+    with hdf5_source.open_file(src, _EXPECTED) as f, source_errors(src):
+        metadata = _metadata(f, src, Budget(src, max_inflation))
     # Collect the notes once, by opening the first episode.
-    first = read_episodes(src, drop_partial=drop_partial, notes=notes)
+    first = read_episodes(src, drop_partial=drop_partial, notes=notes, max_inflation=max_inflation)
     next(first, None)
     first.close()
-    stem = os.path.splitext(os.path.basename(os.fspath(src)))[0]
+    stem = os.path.splitext(os.path.basename(src))[0]
     report = write_episodes(
-        lambda: read_episodes(src, drop_partial=drop_partial),
+        lambda: read_episodes(src, drop_partial=drop_partial, max_inflation=max_inflation),
         dest,
         name=name or _dataset_name(stem),
-        source=os.fspath(src),
+        source=src,
         metadata=metadata,
         **write_kwargs,
     )
@@ -251,9 +281,3 @@ def convert(
 def _dataset_name(stem: str) -> str:
     out = "".join(c if c.isalnum() else "_" for c in stem.lower()).strip("_")
     return out or "d4rl_dataset"
-
-
-def _check_file(path: os.PathLike | str) -> None:
-    if not os.path.isfile(path):
-        what = "a directory" if os.path.isdir(path) else "nothing"
-        raise ValueError(f"{path}: expected a D4RL-style .hdf5 file, found {what}; pass the file")

@@ -38,11 +38,18 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import IncompatibleDatasetError, SpecError, UnsupportedFeatureError
+from rlds_writer.errors import (
+    IncompatibleDatasetError,
+    SourceError,
+    SpecError,
+    UnsupportedFeatureError,
+)
 from rlds_writer.interop import lerobot_layout as layout
+from rlds_writer.interop import lerobot_meta
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
 from rlds_writer.interop.export import default_discount
 from rlds_writer.interop.lerobot_video import VideoFrames
+from rlds_writer.interop.source_limits import check_parquet, source_errors
 from rlds_writer.store import names
 
 _DROPPED = ("frame_index", "index", "episode_index", "task_index")
@@ -60,8 +67,10 @@ def _root(src: os.PathLike | str) -> Path:
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        with source_errors(path):
+            text = path.read_text()
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, huge ints, deep nesting
         raise IncompatibleDatasetError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(data, dict):
         raise IncompatibleDatasetError(f"{path}: expected a JSON object")
@@ -98,25 +107,8 @@ def load_info(root: Path) -> dict[str, Any]:
             f"{root}: LeRobot codebase_version {version}; only v3.x is read (convert older ones "
             "with LeRobot's lerobot.datasets.v30.convert_dataset_v21_to_v30 first)"
         )
+    lerobot_meta.check_info(info, root / layout.INFO_PATH)
     return info
-
-
-def _tasks(root: Path) -> list[str]:
-    """Task texts by task_index (the index of LeRobot's tasks frame is the text)."""
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(root / layout.TASKS_PATH)
-    names = table.column_names
-    text = next(
-        (n for n in ("task", "__index_level_0__") if n in names),
-        next((n for n in names if n != "task_index"), None),
-    )
-    if text is None or "task_index" not in names:
-        raise SpecError(f"{root / layout.TASKS_PATH}: expected task text and task_index columns")
-    tasks: dict[int, str] = dict(
-        zip(table.column("task_index").to_pylist(), table.column(text).to_pylist())
-    )
-    return [tasks.get(i, "") for i in range(max(tasks, default=-1) + 1)]
 
 
 def _parquet_rows(files: list[Path]) -> Iterator[dict[str, Any]]:
@@ -124,14 +116,16 @@ def _parquet_rows(files: list[Path]) -> Iterator[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     for file in files:
-        for batch in pq.ParquetFile(file).iter_batches(batch_size=64):
+        check_parquet(file)
+        with source_errors(file):
+            batches = list(pq.ParquetFile(file).iter_batches(batch_size=64))
+        for batch in batches:
             yield from batch.to_pylist()
 
 
 def _episode_tables(root: Path) -> Iterator[Any]:
     """The frames of each episode, as one Arrow table per episode, in data-file order."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     files = sorted((root / "data").glob("*/*.parquet"))
     if not files:
@@ -139,7 +133,10 @@ def _episode_tables(root: Path) -> Iterator[Any]:
     pending: list[Any] = []
     current = None
     for file in files:
-        for batch in pq.ParquetFile(file).iter_batches(batch_size=1024):
+        check_parquet(file)
+        for batch in _batches(file):
+            if "episode_index" not in batch.schema.names:
+                raise SourceError(f"{file}: no episode_index column")
             index = batch.column("episode_index").to_numpy()
             start = 0
             for cut in [*np.flatnonzero(np.diff(index)) + 1, len(index)]:
@@ -153,6 +150,19 @@ def _episode_tables(root: Path) -> Iterator[Any]:
                 start = cut
     if pending:
         yield pa.Table.from_batches(pending)
+
+
+def _batches(file: Path) -> Iterator[Any]:
+    """The record batches of a data file, its read errors one line naming it."""
+    import pyarrow.parquet as pq
+
+    with source_errors(file):
+        batches = pq.ParquetFile(file).iter_batches(batch_size=1024)
+        while True:
+            batch = next(batches, None)
+            if batch is None:
+                return
+            yield batch
 
 
 def _nest(tree: dict[str, Any], path: tuple[str, ...], value: Any, where: str) -> None:
@@ -178,7 +188,7 @@ def _final_value(column: layout.Column, cell: Any) -> Any:
 
 
 def _ours(
-    table: Any, meta: dict[str, Any], mapping: dict, tasks: list[str], videos: Any
+    table: Any, meta: dict[str, Any], mapping: dict, tasks: dict[int, str], videos: Any
 ) -> SourceEpisode:
     """An episode written by our exporter, with its final step."""
     columns = [layout.Column.from_json(c) for c in mapping["columns"]]
@@ -195,7 +205,7 @@ def _ours(
         elif column.key in mapping.get("video_columns", ()):
             values = videos.episode(column.key, meta)
         elif task.get("where") == "step" and "/".join(column.path) == task.get("path"):
-            values = [tasks[i] for i in task_index]
+            values = lerobot_meta.task_texts(tasks, task_index, f"episode {meta['episode_index']}")
         else:
             raise SpecError(f"{column.key}: in meta/rlds_writer.json but not in the data")
         if column.kind == "string":
@@ -233,7 +243,7 @@ def _dtype(field: dict[str, Any]) -> np.dtype:
 
 
 def _foreign(
-    table: Any, meta: dict[str, Any], info: dict, tasks: list[str], videos: Any
+    table: Any, meta: dict[str, Any], info: dict, tasks: dict[int, str], videos: Any
 ) -> SourceEpisode:
     """An episode of any LeRobot dataset: each frame one RLDS step."""
     steps: dict[str, Any] = {}
@@ -256,7 +266,9 @@ def _foreign(
         else:
             path = tuple(key.split("."))
         _nest(steps, path, values, key)
-    steps["language_instruction"] = [tasks[i] for i in table.column("task_index").to_numpy()]
+    steps["language_instruction"] = lerobot_meta.task_texts(
+        tasks, table.column("task_index").to_numpy(), f"episode {meta['episode_index']}"
+    )
     names = table.column_names
     done = (
         table.column(layout.DONE).to_numpy(zero_copy_only=False) if layout.DONE in names else None
@@ -287,14 +299,15 @@ def read_episodes(src: os.PathLike | str) -> Iterator[SourceEpisode]:
     """Yields the episodes of a LeRobot v3 dataset, one at a time (see the module doc)."""
     root = _root(src)
     info = load_info(root)
-    tasks = _tasks(root)
+    tasks = lerobot_meta.load_tasks(root)
     mapping_file = root / layout.MAPPING_PATH
     mapping = _json(mapping_file) if mapping_file.is_file() else None
     metas = _parquet_rows(sorted((root / "meta" / "episodes").glob("*/*.parquet")))
     has_videos = any(f.get("dtype") == "video" for f in info["features"].values())
     videos = VideoFrames(root, info) if has_videos else None
     try:
-        yield from _episodes(root, info, tasks, mapping, metas, videos)
+        with source_errors(root):
+            yield from _episodes(root, info, tasks, mapping, metas, videos)
     finally:
         if videos is not None:
             videos.close()
@@ -303,16 +316,16 @@ def read_episodes(src: os.PathLike | str) -> Iterator[SourceEpisode]:
 def _episodes(
     root: Path,
     info: dict[str, Any],
-    tasks: list[str],
+    tasks: dict[int, str],
     mapping: dict[str, Any] | None,
     metas: Iterator[dict[str, Any]],
     videos: VideoFrames | None,
 ) -> Iterator[SourceEpisode]:
     for table in _episode_tables(root):
         index = int(table.column("episode_index")[0].as_py())
-        meta = next(metas, None)
+        meta = lerobot_meta.meta_row(next(metas, None), root)
         while meta is not None and meta["episode_index"] < index:
-            meta = next(metas, None)
+            meta = lerobot_meta.meta_row(next(metas, None), root)
         if meta is None or meta["episode_index"] != index:
             raise SpecError(f"{root}: episode {index} has frames but no meta/episodes row")
         if meta["length"] != table.num_rows:

@@ -70,6 +70,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="data",
         help="hdf5-episodes: the group whose child groups are episodes (default data)",
     )
+    p.add_argument(
+        "--max-inflation",
+        type=float,
+        metavar="RATIO",
+        help="d4rl-hdf5 / npz-dir / hdf5-episodes: the arrays read from a file may declare at "
+        "most RATIO times its size (default 100; beyond, a forged size or a decompression bomb "
+        "is refused); raise it for a genuine, very compressible file",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=run)
@@ -91,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
         options["drop_partial"] = args.drop_partial
     elif args.drop_partial:
         raise ValueError("--drop-partial applies to --from d4rl-hdf5 only")
+    if args.max_inflation is not None:
+        if args.source_format not in ("d4rl-hdf5", "npz-dir", "hdf5-episodes"):
+            raise ValueError("--max-inflation applies to d4rl-hdf5, npz-dir and hdf5-episodes")
+        options["max_inflation"] = args.max_inflation
     if args.source_format in ("npz-dir", "hdf5-episodes"):
         options["mapping"] = args.map
         if args.source_format == "hdf5-episodes":
