@@ -137,3 +137,13 @@ class MergeError(RLDSWriterError):
 
 class MissingDependencyError(RLDSWriterError, ImportError):
     """An optional library a function needs cannot be imported; the message says how to get it."""
+
+
+class SourceError(RLDSWriterError, ValueError):
+    """A file given to `convert` cannot be read safely as its format says.
+
+    It is malformed, declares more data than it holds (a forged header, a
+    decompression bomb), points outside itself (HDF5 external links, external
+    storage, virtual datasets) or holds values the format does not allow. The
+    message names the file and the field.
+    """
