@@ -230,7 +230,10 @@ def convert(
     metadata: dict[str, Any] = {"format": "rllib-episodes", "parquet_files": len(files)}
     if first is not None:
         for name in ("observation_space", "action_space"):
-            text = rllib_state.space_text(first.get(f"_{name}"))
+            try:
+                text = rllib_state.space_text(first.get(f"_{name}"))
+            except SourceError as e:
+                raise SourceError(f"{first['_where']}, _{name}: {e}; refused") from None
             if text is not None:
                 metadata[name] = text
     env_dir = files[0].parent.parent.name if len(files[0].parents) > 1 else "rllib"

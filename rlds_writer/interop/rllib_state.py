@@ -177,21 +177,36 @@ def length(tree: Any) -> int:
     return len(tree)
 
 
-def space_text(d: Any, depth: int = 0) -> str | None:
+def space_text(d: Any) -> str | None:
     """The text (`str(space)`) of a space RLlib serialised with `gym_space_to_dict`.
 
     Returns None for a missing or unreadable space (it is then not recorded).
+
+    Raises:
+      SourceError: for bounds stored as a pickled (object) array.
     """
     try:
-        space = _space(d, depth)
-    except (SourceError, ValueError, TypeError, KeyError, AssertionError, OSError):
+        space = _space(d, 0)
+    except SourceError:
+        raise
+    except (ValueError, TypeError, KeyError, AssertionError, OSError, zlib.error):
         return None
     return None if space is None else str(space)
 
 
 def _bounds(text: Any) -> np.ndarray:
     raw = zlib.decompressobj().decompress(base64.b64decode(text), _MAX_BOUNDS_BYTES)
-    return np.load(io.BytesIO(raw), allow_pickle=False)
+    try:
+        array = np.load(io.BytesIO(raw), allow_pickle=False)
+    except ValueError as e:
+        if "allow_pickle" in str(e):
+            raise SourceError(
+                "space bounds stored as a pickled object array (pickles are not read)"
+            ) from None
+        raise
+    if array.dtype.kind not in "biuf":
+        raise SourceError(f"space bounds of dtype {array.dtype} (only numbers)")
+    return array
 
 
 def _space(d: Any, depth: int) -> Any:
