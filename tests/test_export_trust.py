@@ -310,6 +310,7 @@ def test_an_unregistered_custom_env_exports_from_a_fresh_shell(tmp_path, minari_
     assert recovered.spec.id == "RLDSCustom-v0" and recovered.action_space == spaces[1]
     recovered.close()
 
+    pytest.importorskip("tensorflow")  # before RLlib, which would turn off eager mode
     pytest.importorskip("ray.rllib")
     import msgpack
     import msgpack_numpy

@@ -28,6 +28,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+# TensorFlow first: RLlib's try_import_tf() disables TF2 behaviour (eager
+# execution) for the whole process when it is the one that imports TensorFlow.
+pytest.importorskip("tensorflow")
 gym = pytest.importorskip("gymnasium")
 msgpack = pytest.importorskip("msgpack")
 msgpack_numpy = pytest.importorskip("msgpack_numpy")

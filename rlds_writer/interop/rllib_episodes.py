@@ -128,12 +128,18 @@ def _stack_rows(rows: list[Any], path: str) -> Any:
         return out or None
     if all(isinstance(r, str | bytes) for r in present):
         return [r if r is not None else "" for r in rows]
-    first = np.asarray(present[0])
-    zero = np.zeros_like(first)
     try:
+        first = np.asarray(present[0])
+        if first.dtype.kind not in "biufcSU":
+            raise SourceError(f"{path}: values of type {type(present[0]).__name__} are not data")
+        zero = np.zeros_like(first)
         return np.stack([zero if r is None else np.asarray(r, dtype=first.dtype) for r in rows])
-    except ValueError as e:
-        raise ValueError(f"{path}: values of different shapes across steps ({e})") from None
+    except (ValueError, TypeError, OverflowError) as e:
+        if isinstance(e, SourceError):
+            raise
+        raise SourceError(
+            f"{path}: values of different types or shapes across steps ({e})"[:300]
+        ) from None
 
 
 def _episode(state: dict[str, Any]) -> SourceEpisode:

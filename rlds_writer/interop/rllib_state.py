@@ -129,7 +129,7 @@ def _rows(values: list[Any]) -> Any:
 def _stack(values: list[Any]) -> np.ndarray:
     try:
         out = np.asarray(values)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, OverflowError) as e:
         raise SourceError(f"values of different shapes across steps ({e})"[:200]) from None
     if out.dtype.kind not in _SAFE_KINDS:
         raise SourceError(f"values of mixed types across steps (dtype {out.dtype})")
