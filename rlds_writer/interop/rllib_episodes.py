@@ -148,8 +148,8 @@ def _episode(state: dict[str, Any]) -> SourceEpisode:
         return _episode_of(state)
     except SourceError as e:
         raise SourceError(f"{where}: {e}") from None
-    except (KeyError, TypeError) as e:
-        problem = f"{type(e).__name__}: {e}"
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        problem = f"{type(e).__name__}: {e}"[:200]
         raise SourceError(f"{where}: not an RLlib episode state ({problem})") from None
 
 
