@@ -303,7 +303,8 @@ def test_rllib_episode_output_keeps_infos_and_model_outputs(tmp_path):
     assert cli.main(["convert", "--from", "rllib-episodes", str(src), str(dest)]) == 0
     builder, loaded = _load(dest)
     meta = json.loads((dest / "metadata.json").read_text())
-    assert meta["format"] == "rllib-episodes" and meta["action_space"]["n"] == 2
+    assert meta["format"] == "rllib-episodes" and meta["action_space"] == "Discrete(2)"
+    assert meta["observation_space"] == str(gym.make("CartPole-v1").observation_space)
     assert len(loaded) == 4
     for episode, source in zip(loaded, episodes):
         steps = episode["steps"]

@@ -155,9 +155,14 @@ def test_dict_and_image_observations_without_env_id_get_spaces_from_the_features
     "args, needles",
     [
         (["{rlds}", "not an id"], ["not a Minari dataset id", "name-v<version>"]),
+        (["{rlds}", "cartpole/rec"], ["'cartpole/rec' is not a Minari dataset id", "-v0"]),
         (["{rlds}", "cartpole/rec-v0", "--split", "test"], ["no split 'test'", "--split"]),
         (["{missing}", "cartpole/rec-v0"], ["not an RLDS dataset directory"]),
         (["{rlds}", "cartpole/rec-v0", "--env-id", "NoSuchEnv-v9"], ["NoSuchEnv-v9"]),
+        (
+            ["{rlds}", "cartpole/rec-v0", "--env-id", "no_such_module_xyz:Env-v0"],
+            ["cannot import 'no_such_module_xyz'"],
+        ),
     ],
 )
 def test_export_user_errors_are_one_line(tmp_path, minari_root, capsys, args, needles):

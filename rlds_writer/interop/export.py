@@ -35,7 +35,6 @@ from rlds_writer.interop import EXPORT_FORMATS
 from rlds_writer.read.decode import map_tree
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.read.transitions import CUT_SHORT_MODES, episode_end
-from rlds_writer.store import features as features_json
 from rlds_writer.store.locate import require_dataset
 
 # The targets (`export --to`) are listed with the sources in `rlds_writer.interop`.
@@ -230,100 +229,6 @@ def text(value: Any) -> Any:
     if isinstance(value, np.ndarray) and value.dtype == object:
         return [text(v) for v in value.tolist()]
     return value
-
-
-def _space_of(leaves: list[Any], depth: int, where: str) -> Any:
-    """A Gymnasium space for the leaves under one path (a `Dict` for a dict)."""
-    import gymnasium as gym
-
-    if len(leaves) == 1 and len(leaves[0].path) == depth:
-        leaf = leaves[0]
-        if leaf.dtype == np.object_ or not leaf.static:
-            raise SpecError(
-                f"{leaf.key}: {leaf.describe()} has no Minari space; pass observation_space= / "
-                "action_space= or leave the field out"
-            )
-        shape = tuple(int(d) for d in leaf.shape)
-        if leaf.kind == features_json.IMAGE or leaf.dtype == np.uint8:
-            return gym.spaces.Box(0, 255, shape, np.uint8)
-        if leaf.dtype == np.bool_:
-            return gym.spaces.MultiBinary(shape or 1) if shape else gym.spaces.Discrete(2)
-        if leaf.dtype.kind == "f":
-            return gym.spaces.Box(-np.inf, np.inf, shape, leaf.dtype)
-        info = np.iinfo(leaf.dtype)
-        return gym.spaces.Box(info.min, info.max, shape, leaf.dtype)
-    children: dict[str, list[Any]] = {}
-    for leaf in leaves:
-        if len(leaf.path) <= depth:
-            raise SpecError(f"{where}: a field and a dict at once")
-        children.setdefault(leaf.path[depth], []).append(leaf)
-    return gym.spaces.Dict(
-        {k: _space_of(v, depth + 1, f"{where}/{k}") for k, v in children.items()}
-    )
-
-
-def _feature_space(reader: Any, name: str) -> Any:
-    leaves = [leaf for leaf in reader.features.step_leaves if leaf.path[1] == name]
-    if not leaves:
-        raise SpecError(f"{reader.path}: the dataset has no steps/{name}; Minari needs one")
-    return _space_of(leaves, 2, f"steps/{name}")
-
-
-def env_spec(reader: Any, env_id: str | None) -> Any:
-    """The Gymnasium `EnvSpec` of the dataset's env, or None if unknown.
-
-    Args:
-      reader: the source `DatasetReader`.
-      env_id: an explicit env id; else `metadata.json`'s `env_id` (what the
-        Gymnasium recorders write), else the env spec of a dataset converted
-        from Minari.
-
-    Raises:
-      ValueError: for an env id Gymnasium does not know.
-    """
-    import gymnasium as gym
-    from gymnasium.envs.registration import EnvSpec
-
-    metadata = reader.metadata or {}
-    env_id = env_id or metadata.get("env_id")
-    if env_id:
-        try:
-            return gym.spec(str(env_id))
-        except gym.error.Error as e:
-            raise ValueError(
-                f"env_id {env_id!r} is not a registered Gymnasium env ({e}); import the "
-                "package that registers it or pass env_id=None"
-            ) from None
-    spec_json = (metadata.get("minari") or {}).get("env_spec")
-    if isinstance(spec_json, str):
-        return EnvSpec.from_json(spec_json)
-    return None
-
-
-def spaces(reader: Any, spec: Any, observation_space: Any, action_space: Any) -> tuple:
-    """The observation and action spaces: given ones, else the env's, else from the features.
-
-    From the features: float and integer leaves become `Box`es (integer ones
-    bounded by their dtype), uint8 leaves and images `Box(0, 255)`, bools
-    `MultiBinary`/`Discrete(2)`, dicts `Dict` spaces.
-
-    Raises:
-      SpecError: for a leaf no space describes (text, unknown shapes).
-    """
-    import gymnasium as gym
-
-    if spec is not None and (observation_space is None or action_space is None):
-        try:
-            env = gym.make(spec)
-        except Exception:  # noqa: BLE001 - the env may not be installed: use the features
-            env = None
-        if env is not None:
-            observation_space = observation_space or env.observation_space
-            action_space = action_space or env.action_space
-            env.close()
-    observation_space = observation_space or _feature_space(reader, "observation")
-    action_space = action_space or _feature_space(reader, "action")
-    return observation_space, action_space
 
 
 def check_one_reward(reader: Any, consumer: str) -> None:

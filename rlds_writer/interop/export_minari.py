@@ -17,11 +17,14 @@ episode at a time. For an RLDS episode of `n` steps (`T = n - 1` transitions):
   own, the rest, `end_reason` included, as extra attributes; nested dicts
   flattened with `/` as Minari does for `options`); a `minari_id` field (from
   `rlds-writer convert --from minari`) is replaced by the episode's index;
-* the env: `env_id` (option, else `metadata.json`'s `env_id` as the Gymnasium
-  recorders write it, else the env spec of a dataset converted from Minari)
-  gives `env_spec` (so `recover_environment()` works) and the spaces; without
-  one, spaces are built from the features (`Box`es; integer actions become
-  `Box`es too, pass `action_space=` for a `Discrete`).
+* the spaces (`export_spaces`): given ones, else those the dataset recorded
+  (`metadata.json`'s `observation_space`/`action_space` text, checked against
+  the features), else from the features (`Box`es and `Dict`s; an integer
+  scalar action with no recorded space is a `Box`: pass
+  `action_space="Discrete(N)"`);
+* the env spec (so `recover_environment()` works): the spec registered in
+  this process under the dataset's env id (`metadata.json`'s `env_id`, or the
+  id of a Minari env spec); nothing the dataset names is imported or made.
 
 Episodes of one RLDS step (no transition) cannot be stored by Minari and are
 skipped (the report says how many).
@@ -42,16 +45,15 @@ from rlds_writer.interop.export import (
     ExportReport,
     check_cut_short,
     check_one_reward,
-    env_spec,
     episode_metadata,
     info_columns,
     needs_libraries,
     num_steps,
     open_source,
     source_episodes,
-    spaces,
     text,
 )
+from rlds_writer.interop.export_spaces import env_spec, export_spaces
 from rlds_writer.read.decode import map_tree
 from rlds_writer.store.layout import jsonable
 
@@ -153,8 +155,10 @@ def _dataset_path(dataset_id: str) -> Path:
     from minari.storage import get_dataset_path
 
     try:
-        parse_dataset_id(dataset_id)
-    except ValueError:
+        version = parse_dataset_id(dataset_id)[2]
+    except (ValueError, TypeError):  # TypeError: Minari's int(None) for a missing version
+        version = None
+    if version is None:
         raise ValueError(
             f"{dataset_id!r} is not a Minari dataset id: expected (namespace/)name-v<version>, "
             "e.g. cartpole/random-v0"
@@ -196,10 +200,12 @@ def export(
       split: the split to export (TFDS split syntax).
       cut_short: "truncated" (default) exports episodes the recorder cut short
         as truncated; "drop" leaves them out.
-      env_id: the Gymnasium env id (default: from the dataset's metadata); it
-        gives the env spec (`recover_environment()`) and the spaces.
-      observation_space: overrides the observation space.
-      action_space: overrides the action space.
+      env_id: the Gymnasium env id whose registered spec `recover_environment()`
+        makes (default: the dataset's, if this process registered it);
+        `module:Env-v0` imports `module` first.
+      observation_space: the observation space (a `Space` or its text, e.g.
+        `"Box(0, 255, (64, 64, 3), uint8)"`; default: the dataset's).
+      action_space: the action space (e.g. `"Discrete(4)"`; default: the dataset's).
       data_format: Minari's storage, "hdf5" (default) or "arrow".
       jpeg_encoding: let Minari JPEG-encode image observations (lossy; the
         default keeps raw arrays).
@@ -215,7 +221,8 @@ def export(
 
     Raises:
       FileExistsError: if the Minari dataset exists.
-      ValueError: for a malformed id, an unknown split or env id.
+      ValueError: for a malformed id, an unknown split or env id, or spaces that do
+        not fit the stored values.
     """
     import minari
     from minari.dataset.minari_dataset import parse_dataset_id
@@ -226,8 +233,10 @@ def export(
     check_cut_short(cut_short)
     reader = open_source(src, split)
     path = _dataset_path(dest)
-    spec = env_spec(reader, env_id)
-    observation_space, action_space = spaces(reader, spec, observation_space, action_space)
+    spec, spec_notes = env_spec(reader, env_id)
+    observation_space, action_space, space_notes = export_spaces(
+        reader, observation_space, action_space
+    )
     check_one_reward(reader, "Minari")
     metadata = _dataset_metadata(
         reader,
@@ -241,6 +250,7 @@ def export(
         },
     )
     report = ExportReport(source=os.fspath(src), destination=dest, format="minari")
+    report.notes.extend(spec_notes + space_notes)
     namespace = parse_dataset_id(dest)[0]
     if namespace is not None and namespace not in list_local_namespaces():
         create_namespace(namespace)

@@ -28,8 +28,8 @@ Mapping of an RLDS episode of `n` steps (`T = n - 1` transitions):
 * episode id: the `episode_id` field if the dataset has one, else
   `<dataset name>-<index>`; `agent_id`, `module_id`, `t_started` likewise;
   every other episode field goes to `custom_data["rlds"]` (episodes layout);
-* spaces: from the env (`env_id` option or the recorded one), else built from
-  the features, as for Minari.
+* spaces: given ones, else the ones the dataset recorded (as text), else
+  built from the features, as for Minari (`export_spaces`); no env is made.
 
 Files are written to `DEST/` as `episodes-00000.parquet`, ... (at most
 `episodes_per_file` episodes each), flushed every few MB, so memory stays
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,6 @@ from rlds_writer.interop.export import (
     ExportReport,
     check_cut_short,
     check_one_reward,
-    env_spec,
     episode_metadata,
     info_columns,
     needs_libraries,
@@ -59,9 +59,9 @@ from rlds_writer.interop.export import (
     num_steps,
     open_source,
     source_episodes,
-    spaces,
     text,
 )
+from rlds_writer.interop.export_spaces import export_spaces
 from rlds_writer.read.decode import map_tree, rows
 from rlds_writer.store.layout import jsonable
 
@@ -230,10 +230,10 @@ def export(
     split: str = "train",
     cut_short: str = "truncated",
     layout: str = "episodes",
-    env_id: str | None = None,
     observation_space: Any = None,
     action_space: Any = None,
     episodes_per_file: int = 1000,
+    env_id: str | None = None,
     progress: bool = False,
 ) -> ExportReport:
     """Exports an RLDS dataset as RLlib offline input (see the module doc).
@@ -245,10 +245,12 @@ def export(
       cut_short: "truncated" (default) exports episodes the recorder cut short
         as truncated; "drop" leaves them out.
       layout: "episodes" (read with `input_read_episodes=True`) or "columns".
-      env_id: the Gymnasium env id for the spaces (default: the recorded one).
-      observation_space: overrides the observation space.
-      action_space: overrides the action space.
+      observation_space: the observation space (a `Space` or its text, e.g.
+        `"Box(0, 255, (64, 64, 3), uint8)"`; default: the dataset's).
+      action_space: the action space (e.g. `"Discrete(4)"`; default: the dataset's).
       episodes_per_file: episodes per Parquet file.
+      env_id: deprecated and unused: the spaces come from the dataset (an env is
+        never made to export it); pass `observation_space`/`action_space`.
       progress: show a tqdm progress bar.
 
     Returns:
@@ -256,16 +258,23 @@ def export(
 
     Raises:
       FileExistsError: if `dest` holds files.
-      ValueError: for an unknown split, layout or env id.
+      ValueError: for an unknown split or layout, or spaces that do not fit the
+        stored values.
     """
     from tqdm import tqdm
 
+    if env_id is not None:
+        warnings.warn(
+            "export_rllib(env_id=...) is unused: the spaces come from the dataset; pass "
+            "observation_space=/action_space= to choose them",
+            DeprecationWarning,
+            stacklevel=2,
+        )
     check_cut_short(cut_short)
     _check_layout(layout)
     directory = new_output_directory(dest, episodes_per_file)
     reader = open_source(src, split)
-    spec = env_spec(reader, env_id)
-    observation_space, action_space = spaces(reader, spec, observation_space, action_space)
+    observation_space, action_space, notes = export_spaces(reader, observation_space, action_space)
     check_one_reward(reader, "RLlib")
     # RLlib's try_import_tf() disables TF2 behaviour when it is the first to import
     # TensorFlow; importing it first keeps eager execution for the caller.
@@ -276,6 +285,7 @@ def export(
     report = ExportReport(
         source=os.fspath(src), destination=os.fspath(dest), format="rllib-episodes"
     )
+    report.notes.extend(notes)
     files = _ParquetFiles(directory)
     try:
         episodes = source_episodes(reader, split, report, cut_short=cut_short)

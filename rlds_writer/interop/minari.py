@@ -26,7 +26,13 @@ Mapping:
 * episode attributes -> episode metadata (`minari_id`, `seed`, `options`, and
   whatever Minari's episode metadata callback stored, e.g. `rewards_sum`);
 * the dataset's Minari metadata (env spec, algorithm, author, ...) ->
-  `metadata.json` under `minari`.
+  `metadata.json` under `minari`. The env spec is kept as the JSON text Minari
+  stored: data, shown and never made (`rlds-writer export` takes only its id,
+  and makes nothing).
+
+A dataset whose `metadata.json` lacks its spaces is refused: Minari would
+learn them by making the env its env spec names, which runs code the dataset
+chooses.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_writer.errors import SourceError
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
 from rlds_writer.store.layout import jsonable
 
@@ -67,6 +74,37 @@ def resolve_data_path(src: os.PathLike | str) -> Path:
     )
 
 
+def _open(data_path: Path) -> Any:
+    """Minari's `MinariDataset`, once `metadata.json` is known to hold the spaces.
+
+    Without them Minari calls `gym.make` on the env spec the file names (an
+    entry point such as `os:system` would run): such a dataset is refused.
+    """
+    import json
+
+    import minari
+
+    path = data_path / "metadata.json"
+    try:
+        metadata = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SourceError(f"{path}: not a readable Minari metadata file ({e})") from None
+    if not isinstance(metadata, dict):
+        raise SourceError(f"{path}: expected a JSON object, got {type(metadata).__name__}")
+    missing = [
+        f"{name}_space"
+        for name in ("observation", "action")
+        if not isinstance(metadata.get(f"{name}_space"), str)
+    ]
+    if missing:
+        raise SourceError(
+            f"{path}: no {' and no '.join(missing)}; Minari would make the env its env_spec "
+            "names to learn them, which runs code the dataset chooses: add the spaces "
+            "(minari.serialization.serialize_space) to metadata.json"
+        )
+    return minari.MinariDataset(data_path)
+
+
 def _tuples_to_dicts(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _tuples_to_dicts(v) for k, v in value.items()}
@@ -91,9 +129,7 @@ def read_episodes(src: os.PathLike | str) -> Iterator[SourceEpisode]:
     Args:
       src: anything `resolve_data_path` accepts.
     """
-    import minari
-
-    dataset = minari.MinariDataset(resolve_data_path(src))
+    dataset = _open(resolve_data_path(src))
     indices = [int(i) for i in dataset.episode_indices]
     # Both are generators that read one episode at a time.
     episodes = dataset.storage.get_episodes(indices)
@@ -136,10 +172,8 @@ def convert(
     Returns:
       The conversion report.
     """
-    import minari
-
     data_path = resolve_data_path(src)
-    dataset = minari.MinariDataset(data_path)
+    dataset = _open(data_path)
     minari_metadata = jsonable(dict(dataset.storage.metadata))
     dataset_id = str(minari_metadata.get("dataset_id") or data_path.parent.name)
     safe = "".join(c if c.isalnum() else "_" for c in dataset_id.lower()).strip("_")

@@ -11,8 +11,13 @@ infos (`T + 1`), `extra_model_outputs` (`T` each: action logits, log-probs,
 ...), `is_terminated`, `is_truncated`, `id_`, `t_started`, the spaces and
 `custom_data`.
 
-Episodes are decoded with RLlib's own `SingleAgentEpisode.from_state` and read
-one at a time. Mapping:
+Episodes are read one at a time and decoded as data (`rllib_state`): msgpack
+with an object hook that builds only numeric, bool and string arrays (no
+pickle: msgpack-numpy unpickles object arrays, and a crafted file would run
+code), and the state's buffers read directly, not through
+`SingleAgentEpisode.from_state` (which loads the spaces with pickle allowed).
+An item holding anything else is refused in one line naming the file, the
+column and the row. Mapping:
 
 * observations -> `steps/observation` (final step: the last observation);
   actions, rewards -> `steps/action`, `steps/reward` (zeros on the final step);
@@ -24,7 +29,8 @@ one at a time. Mapping:
   action they belong to (zeros on the final step);
 * `id_`, `agent_id`, `module_id`, `t_started`, start/last step times and
   `custom_data` (as JSON text) -> episode metadata;
-* the observation and action spaces -> `metadata.json`.
+* the observation and action spaces -> `metadata.json`, as their text
+  (`str(space)`, as the Gymnasium recorders write them).
 
 The column format (`output_write_episodes=False`) and multi-agent episodes
 are not supported (a clear `NotImplementedError`).
@@ -40,7 +46,8 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import counted
+from rlds_writer.errors import SourceError, counted
+from rlds_writer.interop import rllib_state
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
 from rlds_writer.store.layout import jsonable
 
@@ -58,23 +65,22 @@ def parquet_files(src: os.PathLike | str) -> list[Path]:
     return files
 
 
-def _decode_state(item: bytes) -> dict[str, Any]:
-    import msgpack
-    import msgpack_numpy
-
-    return msgpack.unpackb(item, object_hook=msgpack_numpy.decode, strict_map_key=False)
-
-
 def iter_states(src: os.PathLike | str) -> Iterator[dict[str, Any]]:
-    """Yields the episode states stored under `src`, one at a time.
+    """Yields the episode states stored under `src`, one at a time, decoded as data.
 
     Raises:
       NotImplementedError: for RLlib's column format or multi-agent episodes.
+      SourceError: for an item that is not a msgpack episode state of numeric,
+        bool and string values (names the file, column and row).
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     for file in parquet_files(src):
-        parquet = pq.ParquetFile(file)
+        try:
+            parquet = pq.ParquetFile(file)
+        except (pa.ArrowException, OSError) as e:
+            raise SourceError(f"{file}: not a readable Parquet file ({e})"[:400]) from None
         names = parquet.schema_arrow.names
         if "item" not in names:
             raise NotImplementedError(
@@ -82,14 +88,23 @@ def iter_states(src: os.PathLike | str) -> Iterator[dict[str, Any]]:
                 "(output_write_episodes=False); only episode output "
                 "(output_write_episodes=True, RLlib's default) is supported"
             )
+        row = 0
         for batch in parquet.iter_batches(columns=["item"], batch_size=16):
             for item in batch.column(0).to_pylist():
-                state = _decode_state(item)
+                where = f"{file}: column 'item', row {row}"
+                try:
+                    state = rllib_state.decode_item(item)
+                except SourceError as e:
+                    raise SourceError(f"{where}: {e}; refused") from None
+                if not isinstance(state, dict):
+                    raise SourceError(f"{where}: not an episode state ({type(state).__name__})")
                 if "agent_episodes" in state or "observations" not in state:
                     raise NotImplementedError(
                         f"{file}: multi-agent episodes are not supported (state keys "
-                        f"{sorted(state)[:8]})"
+                        f"{sorted(map(str, state))[:8]})"
                     )
+                state["_where"] = where
+                row += 1
                 yield state
 
 
@@ -113,69 +128,76 @@ def _stack_rows(rows: list[Any], path: str) -> Any:
         return out or None
     if all(isinstance(r, str | bytes) for r in present):
         return [r if r is not None else "" for r in rows]
-    first = np.asarray(present[0])
-    zero = np.zeros_like(first)
     try:
+        first = np.asarray(present[0])
+        if first.dtype.kind not in "biufcSU":
+            raise SourceError(f"{path}: values of type {type(present[0]).__name__} are not data")
+        zero = np.zeros_like(first)
         return np.stack([zero if r is None else np.asarray(r, dtype=first.dtype) for r in rows])
-    except ValueError as e:
-        raise ValueError(f"{path}: values of different shapes across steps ({e})") from None
-
-
-def _import_episode_class() -> Any:
-    # RLlib's try_import_tf() calls tf.compat.v1.disable_v2_behavior() when it
-    # is the first to import TensorFlow, which turns off eager execution for the
-    # whole process (and breaks tfds.as_numpy afterwards). Importing TensorFlow
-    # first keeps TF2 behaviour.
-    import tensorflow  # noqa: F401
-    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
-
-    return SingleAgentEpisode
+    except (ValueError, TypeError, OverflowError) as e:
+        if isinstance(e, SourceError):
+            raise
+        raise SourceError(
+            f"{path}: values of different types or shapes across steps ({e})"[:300]
+        ) from None
 
 
 def _episode(state: dict[str, Any]) -> SourceEpisode:
-    SingleAgentEpisode = _import_episode_class()  # noqa: N806
+    where = state.get("_where", "episode")
+    try:
+        return _episode_of(state)
+    except SourceError as e:
+        raise SourceError(f"{where}: {e}") from None
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        problem = f"{type(e).__name__}: {e}"[:200]
+        raise SourceError(f"{where}: not an RLlib episode state ({problem})") from None
 
-    episode = SingleAgentEpisode.from_state(state)
-    observations = _tree_stack(episode.get_observations())
-    actions = _tree_stack(episode.get_actions())
-    rewards = np.asarray(episode.get_rewards())
-    infos = list(episode.get_infos())
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _episode_of(state: dict[str, Any]) -> SourceEpisode:
+    observations = rllib_state.buffer_values(state["observations"], "observations")
+    actions = rllib_state.buffer_values(state["actions"], "actions")
+    rewards = np.asarray(rllib_state.buffer_values(state["rewards"], "rewards"))
+    infos = rllib_state.buffer_values(state["infos"], "infos", rows=True)
+    t = rllib_state.length(actions)
+    if rllib_state.length(observations) != t + 1 or len(rewards) != t or len(infos) != t + 1:
+        raise SourceError(
+            f"{rllib_state.length(observations)} observations, {t} actions, {len(rewards)} "
+            f"rewards and {len(infos)} infos (an episode has one observation and info more)"
+        )
+    if rewards.dtype.kind not in "biuf":
+        raise SourceError(f"rewards of dtype {rewards.dtype}")
     info = _stack_rows([i if i else None for i in infos], "steps/info")
     extra = {}
-    for key in episode.extra_model_outputs:
-        extra[str(key)] = _tree_stack(episode.get_extra_model_outputs(key))
+    outputs = state.get("extra_model_outputs") or {}
+    if not isinstance(outputs, Mapping):
+        raise SourceError("extra_model_outputs is not a dict")
+    for key, buffer in outputs.items():
+        extra[str(key)] = rllib_state.buffer_values(buffer, f"extra_model_outputs/{key}")
+    t_started = state.get("t_started") or 0
     metadata: dict[str, Any] = {
-        "episode_id": str(episode.id_),
-        "agent_id": "" if episode.agent_id is None else str(episode.agent_id),
-        "module_id": "" if episode.module_id is None else str(episode.module_id),
-        "t_started": np.int64(episode.t_started),
-        "is_truncated": np.bool_(episode.is_truncated),
+        "episode_id": _text(state.get("id_")),
+        "agent_id": _text(state.get("agent_id")),
+        "module_id": _text(state.get("module_id")),
+        "t_started": np.int64(t_started if isinstance(t_started, int | np.integer) else 0),
+        "is_truncated": np.bool_(bool(state.get("is_truncated"))),
         "custom_data": json.dumps(_jsonable(state.get("custom_data") or {}), sort_keys=True),
     }
     for key in ("_start_time", "_last_step_time"):
-        if state.get(key) is not None:
+        if isinstance(state.get(key), int | float | np.number):
             metadata[key.strip("_")] = np.float64(state[key])
     return SourceEpisode(
         observations=observations,
         actions=actions,
         rewards=rewards,
-        terminated=bool(episode.is_terminated),
+        terminated=bool(state.get("is_terminated")),
         step_metadata={"info": info} if info else {},
         transition_metadata={"extra_model_outputs": extra} if extra else {},
         episode_metadata=metadata,
     )
-
-
-def _tree_stack(values: Any) -> Any:
-    """RLlib returns lists of nests or already batched nests; returns a nest of arrays."""
-    if isinstance(values, Mapping):
-        return {str(k): _tree_stack(v) for k, v in values.items()}
-    if isinstance(values, tuple):
-        return {str(i): _tree_stack(v) for i, v in enumerate(values)}
-    if isinstance(values, list) and values and isinstance(values[0], Mapping | tuple):
-        keys = values[0].keys() if isinstance(values[0], Mapping) else range(len(values[0]))
-        return {str(k): _tree_stack([v[k] for v in values]) for k in keys}
-    return np.asarray(values)
 
 
 def _jsonable(value: Any) -> Any:
@@ -213,8 +235,13 @@ def convert(
     first = next(iter_states(src), None)
     metadata: dict[str, Any] = {"format": "rllib-episodes", "parquet_files": len(files)}
     if first is not None:
-        metadata["observation_space"] = _jsonable(first.get("_observation_space"))
-        metadata["action_space"] = _jsonable(first.get("_action_space"))
+        for name in ("observation_space", "action_space"):
+            try:
+                text = rllib_state.space_text(first.get(f"_{name}"))
+            except SourceError as e:
+                raise SourceError(f"{first['_where']}, _{name}: {e}; refused") from None
+            if text is not None:
+                metadata[name] = text
     env_dir = files[0].parent.parent.name if len(files[0].parents) > 1 else "rllib"
     safe = "".join(c if c.isalnum() else "_" for c in env_dir.lower()).strip("_")
     report = write_episodes(

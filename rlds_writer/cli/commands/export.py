@@ -42,7 +42,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--env-id",
-        help="Gymnasium env id (default: the env_id in the dataset's metadata.json)",
+        help="minari: the registered Gymnasium env whose spec recover_environment() makes "
+        "(module:Env-v0 imports module first; default: the dataset's env_id, if registered)",
+    )
+    p.add_argument(
+        "--observation-space",
+        metavar="SPACE",
+        help="minari, rllib-episodes: the observation space as Gymnasium prints it, e.g. "
+        '"Box(0, 255, (64, 64, 3), uint8)" (default: the dataset\'s)',
+    )
+    p.add_argument(
+        "--action-space",
+        metavar="SPACE",
+        help='minari, rllib-episodes: the action space, e.g. "Discrete(4)" (default: the '
+        "dataset's)",
     )
     p.add_argument(
         "--data-format",
@@ -122,10 +135,17 @@ def run(args: argparse.Namespace) -> int:
     if args.target != "lerobot" and (lerobot or args.video):
         flags = ", ".join("--" + k.replace("_", "-") for k in lerobot) or "--video"
         raise ValueError(f"{flags} apply to --to lerobot only")
-    if args.target in ("hf", "d3rlpy", "lerobot") and args.env_id:
-        raise ValueError("--env-id applies to --to minari and rllib-episodes only")
-    elif args.target in ("hf", "d3rlpy", "lerobot"):
+    if args.target != "minari" and args.env_id:
+        raise ValueError("--env-id applies to --to minari only")
+    elif args.target != "minari":
         del options["env_id"]
+    spaces = {"observation_space": args.observation_space, "action_space": args.action_space}
+    if args.target in ("minari", "rllib-episodes"):
+        options.update(spaces)
+    elif any(spaces.values()):
+        raise ValueError(
+            "--observation-space and --action-space apply to --to minari and rllib-episodes only"
+        )
     if args.target in ("d3rlpy", "lerobot"):
         if args.episodes_per_file != 1000:
             raise ValueError("--episodes-per-file applies to --to rllib-episodes and hf only")
