@@ -60,7 +60,7 @@ def test_minari_export_opens_in_minari_and_round_trips_every_value_and_flag(
     argv = ["export", "--to", "minari", str(tmp_path / "rlds"), "cartpole/rec-v0"]
     assert cli.main([*argv, "--data-format", data_format]) == 0
     out = capsys.readouterr().out
-    assert "5 episodes" in out and "1 episodes cut short" in out
+    assert "5 episodes" in out and "1 episode cut short" in out
 
     dataset = minari.load_dataset("cartpole/rec-v0")
     assert dataset.total_episodes == 5
