@@ -20,7 +20,7 @@ def main() -> None:
     after = int(after)
     from rlds_writer.interop import export as export_lib
 
-    module = importlib.import_module(export_lib.FORMATS[target])
+    module = importlib.import_module(export_lib.FORMATS[target].code.partition(":")[0])
     real = module.source_episodes
 
     def pausing(*args, **kwargs):

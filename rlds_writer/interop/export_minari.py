@@ -54,6 +54,7 @@ from rlds_writer.interop.export import (
     text,
 )
 from rlds_writer.interop.export_spaces import env_spec, export_spaces
+from rlds_writer.interop.staging import minari_namespace
 from rlds_writer.read.decode import map_tree
 from rlds_writer.store.layout import jsonable
 
@@ -151,18 +152,9 @@ def _dataset_metadata(reader: Any, dataset_id: str, given: Mapping[str, Any]) ->
 
 
 def _dataset_path(dataset_id: str) -> Path:
-    from minari.dataset.minari_dataset import parse_dataset_id
     from minari.storage import get_dataset_path
 
-    try:
-        version = parse_dataset_id(dataset_id)[2]
-    except (ValueError, TypeError):  # TypeError: Minari's int(None) for a missing version
-        version = None
-    if version is None:
-        raise ValueError(
-            f"{dataset_id!r} is not a Minari dataset id: expected (namespace/)name-v<version>, "
-            "e.g. cartpole/random-v0"
-        ) from None
+    minari_namespace(dataset_id)  # refuses an id Minari cannot parse
     path = Path(get_dataset_path(dataset_id))
     if path.exists():
         raise FileExistsError(

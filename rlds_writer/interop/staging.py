@@ -157,7 +157,7 @@ def export_minari_staged(run: Callable[..., Any], src: os.PathLike | str, datase
     the real root (its namespace is created there first, as Minari does).
     """
     dataset_id = os.fspath(dataset_id)
-    namespace = _namespace(dataset_id)
+    namespace = minari_namespace(dataset_id)
     final = minari_dataset_path(dataset_id)
     names.check_disjoint(src, final, src_what="source dataset")
     if os.path.lexists(final):
@@ -187,17 +187,20 @@ def export_minari_staged(run: Callable[..., Any], src: os.PathLike | str, datase
     return report
 
 
-def _namespace(dataset_id: str) -> str | None:
+def minari_namespace(dataset_id: str) -> str | None:
     """The namespace of a Minari dataset id; refuses what Minari cannot parse."""
     from minari.dataset.minari_dataset import parse_dataset_id
 
     try:
-        return parse_dataset_id(dataset_id)[0]
-    except ValueError:
-        raise ValueError(
-            f"{dataset_id!r} is not a Minari dataset id: expected (namespace/)name-v<version>, "
-            "e.g. cartpole/random-v0"
-        ) from None
+        namespace, _, version = parse_dataset_id(dataset_id)
+    except (ValueError, TypeError):  # TypeError: Minari's int(None) for a missing version
+        version = None
+    if version is not None:
+        return namespace
+    raise ValueError(
+        f"{dataset_id!r} is not a Minari dataset id: expected (namespace/)name-v<version>, "
+        "e.g. cartpole/random-v0"
+    )
 
 
 def _real_namespace(namespace: str | None, final: Path) -> None:
