@@ -25,6 +25,16 @@ __version__ = "0.1.0"
 # output; a user who wants them sets the variable before importing us.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# TensorFlow 2.20-2.21's PyPI wheels load their runtime with RTLD_GLOBAL, which
+# puts its statically linked LLVM in the process's symbol table; triton (which
+# PyPI's CUDA build of torch brings, and which torch imports at its first
+# optimizer) then binds to that LLVM and aborts the process (SIGSEGV/SIGABRT).
+# TensorFlow's own fix (tensorflow#124205) is to leave out the module that asks
+# for RTLD_GLOBAL, as here: its runtime then loads RTLD_LOCAL, as on other
+# releases. Only before TensorFlow loads; afterwards it changes nothing.
+if "tensorflow" not in sys.modules:
+    sys.modules.setdefault("tensorflow.python.pywrap_dlopen_global_flags", None)
+
 # public name -> (module, attribute)
 _EXPORTS = {
     "DatasetConfig": ("rlds_writer.record.config", "dataset_config_class"),

@@ -6,6 +6,10 @@ import os
 
 import pytest
 
+# Before any test module imports TensorFlow: rlds_writer makes TensorFlow load
+# RTLD_LOCAL, without which torch's triton (PyPI's CUDA torch) aborts the run.
+import rlds_writer  # noqa: F401
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
