@@ -14,6 +14,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 
+def pytest_collection_modifyitems(items):
+    # A test that runs in the d3rlpy consumer venv is slow: the venv takes minutes
+    # to build the first time, and each run starts a fresh interpreter with torch.
+    for item in items:
+        if "d3rlpy_python" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One Ray instance for every RLlib test; runner processes import env classes from tests/."""
@@ -34,6 +42,6 @@ def ray_session():
 @pytest.fixture(scope="session")
 def d3rlpy_python():
     """The python of the d3rlpy consumer venv (tests/consumer_venv.py), built on first use."""
-    from consumer_venv import D3RLPY_REQUIREMENTS, consumer_python
+    from consumer_venv import D3RLPY_REQUIREMENTS, D3RLPY_SHARED, consumer_python
 
-    return consumer_python("d3rlpy", D3RLPY_REQUIREMENTS)
+    return consumer_python("d3rlpy", D3RLPY_REQUIREMENTS, shared=D3RLPY_SHARED)
