@@ -14,11 +14,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 
+# Fixtures whose tests are `slow` (left out of the quick loop `pytest -m "not
+# slow"`): the d3rlpy consumer venv takes minutes to build the first time and each
+# run starts an interpreter with torch; Ray tests train RLlib algorithms.
+_SLOW_FIXTURES = ("d3rlpy_python", "ray_session")
+
+
 def pytest_collection_modifyitems(items):
-    # A test that runs in the d3rlpy consumer venv is slow: the venv takes minutes
-    # to build the first time, and each run starts a fresh interpreter with torch.
     for item in items:
-        if "d3rlpy_python" in getattr(item, "fixturenames", ()):
+        if any(name in getattr(item, "fixturenames", ()) for name in _SLOW_FIXTURES):
             item.add_marker(pytest.mark.slow)
 
 
