@@ -25,15 +25,29 @@ __version__ = "0.1.0"
 # output; a user who wants them sets the variable before importing us.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-# TensorFlow 2.20-2.21's PyPI wheels load their runtime with RTLD_GLOBAL, which
-# puts its statically linked LLVM in the process's symbol table; triton (which
-# PyPI's CUDA build of torch brings, and which torch imports at its first
-# optimizer) then binds to that LLVM and aborts the process (SIGSEGV/SIGABRT).
-# TensorFlow's own fix (tensorflow#124205) is to leave out the module that asks
-# for RTLD_GLOBAL, as here: its runtime then loads RTLD_LOCAL, as on other
-# releases. Only before TensorFlow loads; afterwards it changes nothing.
-if "tensorflow" not in sys.modules:
-    sys.modules.setdefault("tensorflow.python.pywrap_dlopen_global_flags", None)
+
+class _TensorFlowLocalRuntime(importlib.abc.MetaPathFinder):
+    """Makes TensorFlow load its runtime RTLD_LOCAL, as its releases other than 2.20-2.21 do.
+
+    TensorFlow 2.20-2.21's PyPI wheels load their runtime with RTLD_GLOBAL, which
+    puts its statically linked LLVM in the process's symbol table; triton (which
+    PyPI's CUDA build of torch brings, and which torch imports at its first
+    optimizer) then binds to that LLVM and aborts the process (SIGSEGV/SIGABRT).
+    TensorFlow's own fix (tensorflow#124205) leaves out the module that asks for
+    RTLD_GLOBAL; this finder makes importing it fail the same way. It has effect
+    only if installed before TensorFlow loads.
+    """
+
+    _NAME = "tensorflow.python.pywrap_dlopen_global_flags"
+
+    def find_spec(self, fullname: str, path: object, target: object = None) -> None:
+        if fullname == self._NAME:
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None
+
+
+if not any(isinstance(f, _TensorFlowLocalRuntime) for f in sys.meta_path):
+    sys.meta_path.insert(0, _TensorFlowLocalRuntime())
 
 # public name -> (module, attribute)
 _EXPORTS = {
