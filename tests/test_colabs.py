@@ -36,6 +36,7 @@ def _text(notebook: nbformat.NotebookNode) -> str:
     return "\n".join(parts)
 
 
+@pytest.mark.slow
 def test_notebook_records_dm_env_and_gymnasium_and_loads_with_tfds(tmp_path, monkeypatch):
     pytest.importorskip("gymnasium")
     notebook = _run("01_record_dm_env_and_gymnasium.ipynb", tmp_path, monkeypatch)

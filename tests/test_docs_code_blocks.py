@@ -113,16 +113,11 @@ def _missing_modules(script: str) -> list[str]:
     return sorted(top for top in tops if importlib.util.find_spec(top) is None)
 
 
-# Docs whose blocks take minutes (RLlib training, every README example): `slow`,
-# left out of the quick loop `pytest -m "not slow"`; the full run has them.
-SLOW_DOCS = {"README.md", "gymnasium_rllib.md"}
-
-
-@pytest.mark.parametrize(
-    "path",
-    [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW_DOCS else p for p in DOCS],
-    ids=lambda p: p.name,
-)
+# Executing a doc's blocks takes from 10 s to minutes (RLlib training, every README
+# example): `slow`, left out of the quick loop `pytest -m "not slow"`; the full run
+# has them. The check that every block is runnable stays in the quick loop.
+@pytest.mark.slow
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
 def test_python_blocks_run(path, tmp_path):
     script = _script(path, tmp_path)
     if not script:

@@ -46,6 +46,7 @@ def test_tensorflow_imported_after_rlds_writer_keeps_its_symbols_out_of_the_glob
     importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None,
     reason="needs torch with triton (PyPI's CUDA build of torch on Linux)",
 )
+@pytest.mark.slow
 def test_a_torch_optimizer_after_tensorflow_does_not_crash_the_process():
     # The first optimizer imports torch._dynamo, which imports triton.
     done = _python(

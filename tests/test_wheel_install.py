@@ -75,6 +75,7 @@ def _venv(path: Path) -> Path:
     return python
 
 
+@pytest.mark.slow
 def test_built_wheel_installs_in_a_fresh_venv_and_records_a_dataset(wheel, tmp_path):
     python = _venv(tmp_path / "venv")
     pip = [str(python), "-m", "pip", "install", str(wheel)]
