@@ -1,6 +1,18 @@
 """Package metadata for rlds_writer."""
 
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+_HERE = Path(__file__).resolve().parent
+# One version, in the package (rlds_writer.__version__); read as text so building
+# does not import the package (and TensorFlow).
+_VERSION = re.search(
+    r'^__version__ = "([^"]+)"$',
+    (_HERE / "rlds_writer" / "__init__.py").read_text(encoding="utf-8"),
+    re.MULTILINE,
+).group(1)
 
 _CORE = [
     "numpy>=1.26",
@@ -52,22 +64,37 @@ _EXTRAS["test"] = [
     "nbclient>=0.10",
     "nbformat>=5.9",
     "ipykernel>=6.29",
+    # tests/test_wheel_install.py builds the sdist and wheel as a release does
+    "build>=1.2",
+    "twine>=5",
+    "setuptools>=77",
 ]
 
 setup(
     name="rlds_writer",
-    version="0.1.0",
+    version=_VERSION,
     description="Record reinforcement-learning rollouts as RLDS episodes in TFDS datasets.",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=(_HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    license="Apache-2.0",
+    license_expression="Apache-2.0",
+    license_files=["LICENSE"],
     python_requires=">=3.10",
     packages=find_packages(include=["rlds_writer", "rlds_writer.*"]),
     install_requires=_CORE,
     extras_require=_EXTRAS,
     entry_points={"console_scripts": ["rlds-writer=rlds_writer.cli:main"]},
+    keywords=["reinforcement learning", "RLDS", "TFDS", "datasets", "offline RL", "RLlib"],
     classifiers=[
+        "Development Status :: 4 - Beta",
+        "Intended Audience :: Developers",
+        "Intended Audience :: Science/Research",
+        "Operating System :: POSIX :: Linux",
         "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
+        "Topic :: Software Development :: Libraries :: Python Modules",
     ],
 )

@@ -10,10 +10,6 @@
 # Environment:
 #   DOCKER_NETWORK   network for the build (default: host, where pip reaches the
 #                    index through the host's settings)
-#   TORCH_WHEEL      a torch wheel file (e.g. a CPU build) for the all image,
-#                    where PyTorch's CPU index cannot be reached: served from a
-#                    local index on 127.0.0.1 that stands in for it (needs the
-#                    host network); without it such a machine gets PyPI's CUDA build
 #   PYTEST_ARGS      arguments for pytest instead of the default "-q"
 # Exits non-zero if a build or a test run fails.
 set -uo pipefail
@@ -25,22 +21,10 @@ network=${DOCKER_NETWORK:-host}
 status=0
 summary=()
 
-torch_args=()
-if [[ -n ${TORCH_WHEEL:-} ]]; then
-  # A one-project "simple index": http.server lists torch/ as links to the wheel.
-  index_dir=$(mktemp -d)
-  mkdir "$index_dir/torch" && ln -s "$(realpath "$TORCH_WHEEL")" "$index_dir/torch/" || exit 1
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  python3 -m http.server --bind 127.0.0.1 --directory "$index_dir" "$port" >/dev/null 2>&1 &
-  server=$!
-  trap 'kill $server; rm -rf "$index_dir"' EXIT
-  torch_args=(--build-arg "TORCH_INDEX_URL=http://127.0.0.1:$port")
-fi
-
 for variant in "${variants[@]}"; do
   case $variant in
     lean) build_args=() ;;
-    all) build_args=(--build-arg EXTRAS=all,test "${torch_args[@]}") ;;
+    all) build_args=(--build-arg EXTRAS=all,test) ;;
     *) echo "unknown variant '$variant': expected lean or all" >&2; exit 2 ;;
   esac
   tag=rlds_writer:$variant

@@ -40,6 +40,30 @@ _TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
 _TF_LOG_LEVEL_OURS = _TF_LOG_LEVEL not in os.environ
 os.environ.setdefault(_TF_LOG_LEVEL, "2")
 
+
+class _TensorFlowLocalRuntime(importlib.abc.MetaPathFinder):
+    """Makes TensorFlow load its runtime RTLD_LOCAL, as its releases other than 2.20-2.21 do.
+
+    TensorFlow 2.20-2.21's PyPI wheels load their runtime with RTLD_GLOBAL, which
+    puts its statically linked LLVM in the process's symbol table; triton (which
+    PyPI's CUDA build of torch brings, and which torch imports at its first
+    optimizer) then binds to that LLVM and aborts the process (SIGSEGV/SIGABRT).
+    TensorFlow's own fix (tensorflow#124205) leaves out the module that asks for
+    RTLD_GLOBAL; this finder makes importing it fail the same way. It has effect
+    only if installed before TensorFlow loads.
+    """
+
+    _NAME = "tensorflow.python.pywrap_dlopen_global_flags"
+
+    def find_spec(self, fullname: str, path: object, target: object = None) -> None:
+        if fullname == self._NAME:
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None
+
+
+if not any(isinstance(f, _TensorFlowLocalRuntime) for f in sys.meta_path):
+    sys.meta_path.insert(0, _TensorFlowLocalRuntime())
+
 # public name -> (module, attribute)
 _EXPORTS = {
     "DatasetConfig": ("rlds_writer.record.config", "dataset_config_class"),

@@ -6,8 +6,24 @@ import os
 
 import pytest
 
+# Before any test module imports TensorFlow: rlds_writer makes TensorFlow load
+# RTLD_LOCAL, without which torch's triton (PyPI's CUDA torch) aborts the run.
+import rlds_writer  # noqa: F401
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+
+# Fixtures whose tests are `slow` (left out of the quick loop `pytest -m "not
+# slow"`): the d3rlpy consumer venv takes minutes to build the first time and each
+# run starts an interpreter with torch; Ray tests train RLlib algorithms.
+_SLOW_FIXTURES = ("d3rlpy_python", "ray_session")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if any(name in getattr(item, "fixturenames", ()) for name in _SLOW_FIXTURES):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +46,6 @@ def ray_session():
 @pytest.fixture(scope="session")
 def d3rlpy_python():
     """The python of the d3rlpy consumer venv (tests/consumer_venv.py), built on first use."""
-    from consumer_venv import D3RLPY_REQUIREMENTS, consumer_python
+    from consumer_venv import D3RLPY_REQUIREMENTS, D3RLPY_SHARED, consumer_python
 
-    return consumer_python("d3rlpy", D3RLPY_REQUIREMENTS)
+    return consumer_python("d3rlpy", D3RLPY_REQUIREMENTS, shared=D3RLPY_SHARED)

@@ -147,6 +147,7 @@ def _tfds_cli():
     return str(tfds_bin)
 
 
+@pytest.mark.slow
 def test_tfds_build_cli_array_record(sources, tmp_path):
     """`tfds build builders/rlds_package --manual_dir=...` as a user runs it."""
     data_dir = tmp_path / "data"

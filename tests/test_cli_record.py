@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from helpers_core import load_episodes, load_episodes_from_data_source
 
 BIN = Path(sys.executable).parent
@@ -63,6 +64,7 @@ def test_console_script_records_tfrecord_shards_that_tfds_loads(tmp_path):
     _check_catch_episodes(episodes, rows=10)
 
 
+@pytest.mark.slow
 def test_python_m_records_array_record_and_a_rerun_without_mode_fails_clearly(tmp_path):
     out = tmp_path / "catch_ar"
     args = [

@@ -55,6 +55,7 @@ def test_convert_d4rl_given_a_directory_says_to_pass_the_file(tmp_path):
     _one_line_error(result, "expected a D4RL-style .hdf5 file", "found a directory")
 
 
+@pytest.mark.slow
 def test_record_append_continues_the_seeded_sequence_instead_of_repeating_it(tmp_path):
     ds = tmp_path / "ds"
     _run("record", "--output", ds, "--episodes", "6", "--no-load-back", expect=0)
@@ -72,6 +73,7 @@ def test_record_append_continues_the_seeded_sequence_instead_of_repeating_it(tmp
     assert new != [tuple(s["action"].tolist()) for s in episodes[:6]]
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_record_reports_the_episodes_safely_on_disk(tmp_path):
     ds = tmp_path / "ds"
     proc = subprocess.Popen(

@@ -36,6 +36,7 @@ def _text(notebook: nbformat.NotebookNode) -> str:
     return "\n".join(parts)
 
 
+@pytest.mark.slow
 def test_notebook_records_dm_env_and_gymnasium_and_loads_with_tfds(tmp_path, monkeypatch):
     pytest.importorskip("gymnasium")
     notebook = _run("01_record_dm_env_and_gymnasium.ipynb", tmp_path, monkeypatch)
@@ -45,6 +46,7 @@ def test_notebook_records_dm_env_and_gymnasium_and_loads_with_tfds(tmp_path, mon
     assert (tmp_path / "cartpole" / "dataset_info.json").exists()
 
 
+@pytest.mark.slow
 def test_notebook_records_custom_env_data_during_rllib_training(tmp_path, monkeypatch):
     pytest.importorskip("ray.rllib")
     notebook = _run("02_rllib_custom_env_data.ipynb", tmp_path, monkeypatch)
@@ -53,6 +55,7 @@ def test_notebook_records_custom_env_data_during_rllib_training(tmp_path, monkey
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_notebook_behaviour_cloning_beats_random(tmp_path, monkeypatch):
     notebook = _run("03_behaviour_cloning_keras.ipynb", tmp_path, monkeypatch)
     # The notebook asserts bc_return > random_return itself; check it printed them.

@@ -113,6 +113,10 @@ def _missing_modules(script: str) -> list[str]:
     return sorted(top for top in tops if importlib.util.find_spec(top) is None)
 
 
+# Executing a doc's blocks takes from 10 s to minutes (RLlib training, every README
+# example): `slow`, left out of the quick loop `pytest -m "not slow"`; the full run
+# has them. The check that every block is runnable stays in the quick loop.
+@pytest.mark.slow
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
 def test_python_blocks_run(path, tmp_path):
     script = _script(path, tmp_path)

@@ -218,6 +218,7 @@ def test_workers_exit_when_the_recording_process_is_killed(tmp_path):
     assert builder.info.splits["train"].num_examples == 1
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_loop_and_the_workers_still_encode_the_last_episodes(tmp_path):
     script = _child_recorder(
         tmp_path / "ds",

@@ -43,6 +43,7 @@ def _tfds_count(path, file_format):
 
 
 @pytest.mark.parametrize("file_format", ["tfrecord", "array_record"])
+@pytest.mark.slow
 def test_readers_load_exactly_the_committed_episodes_while_a_writer_runs(tmp_path, file_format):
     out = tmp_path / "ds"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")

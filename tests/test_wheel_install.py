@@ -75,6 +75,7 @@ def _venv(path: Path) -> Path:
     return python
 
 
+@pytest.mark.slow
 def test_built_wheel_installs_in_a_fresh_venv_and_records_a_dataset(wheel, tmp_path):
     python = _venv(tmp_path / "venv")
     pip = [str(python), "-m", "pip", "install", str(wheel)]
@@ -111,3 +112,115 @@ def test_built_wheel_installs_in_a_fresh_venv_and_records_a_dataset(wheel, tmp_p
     assert "Recorded 5 episodes" in result.stdout, result.stdout
     assert "as_dataset: 5 episodes" in result.stdout, result.stdout
     assert (output / "dataset_info.json").is_file()
+
+
+# --- The release: sdist and wheel as `python -m build` makes them, installed for real.
+
+_LEAN_EXTRAS = "gymnasium,reader,plot,convert"
+_SKIP_COPY = shutil.ignore_patterns(
+    ".git", ".venv", ".cache", "__pycache__", "build", "dist", "*.egg-info", ".pytest_cache"
+)
+
+
+def _readme_block(heading: str) -> str:
+    """The first fenced block under the README's `heading`."""
+    text = (_ROOT / "README.md").read_text()
+    section = text[text.index(f"\n{heading}\n") :]
+    return section.split("```", 2)[1].split("\n", 1)[1]
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory) -> dict[str, Path]:
+    pytest.importorskip("build")
+    pytest.importorskip("twine")
+    src = tmp_path_factory.mktemp("release-src") / "rlds_writer"
+    shutil.copytree(_ROOT, src, ignore=_SKIP_COPY, symlinks=True)
+    out = tmp_path_factory.mktemp("release-dist")
+    # --no-isolation: the build requirements (setuptools>=77) are in the test extra,
+    # so building needs no index.
+    _run([sys.executable, "-m", "build", "--no-isolation", "-o", str(out), str(src)], out, 600)
+    (sdist,) = out.glob("rlds_writer-*.tar.gz")
+    (wheel,) = out.glob("rlds_writer-*.whl")
+    return {"sdist": sdist, "wheel": wheel}
+
+
+@pytest.mark.slow
+def test_the_release_passes_twine_check_and_declares_version_license_and_classifiers(release):
+    import tarfile
+    import zipfile
+
+    import rlds_writer
+
+    _run(
+        [sys.executable, "-m", "twine", "check", "--strict", *map(str, release.values())],
+        _ROOT,
+        300,
+    )
+    version = rlds_writer.__version__
+    assert release["wheel"].name.startswith(f"rlds_writer-{version}-py3-none-any")
+    with zipfile.ZipFile(release["wheel"]) as whl:
+        metadata = whl.read(f"rlds_writer-{version}.dist-info/METADATA").decode()
+        names = whl.namelist()
+    assert f"\nVersion: {version}\n" in metadata
+    assert "\nLicense-Expression: Apache-2.0\n" in metadata
+    assert "\nLicense-File: LICENSE\n" in metadata
+    assert "Classifier: Programming Language :: Python :: 3.11" in metadata
+    assert "Requires-Python: >=3.10" in metadata
+    assert f"rlds_writer-{version}.dist-info/licenses/LICENSE" in names
+    assert "rlds_writer/envs/catch.py" in names or any(
+        n.startswith("rlds_writer/envs/") for n in names
+    )
+    with tarfile.open(release["sdist"]) as sdist:
+        members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
+    # An sdist builds, tests and documents itself.
+    for name in (
+        "LICENSE",
+        "CHANGELOG.md",
+        "README.md",
+        "setup.py",
+        "pyproject.toml",
+        "tests/conftest.py",
+        "docs/architecture.md",
+    ):
+        assert name in members, name
+    assert "Apache License" in (_ROOT / "LICENSE").read_text()
+    assert f"## {version}" in (_ROOT / "CHANGELOG.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_with_the_lean_extras_and_runs_the_readme_quick_start(release, tmp_path):
+    # A venv that sees nothing else: pip resolves every dependency from the index.
+    venv.EnvBuilder(with_pip=True).create(tmp_path / "venv")
+    bin_dir = tmp_path / "venv" / "bin"
+    _run(
+        [str(bin_dir / "pip"), "install", f"{release['wheel']}[{_LEAN_EXTRAS}]"],
+        tmp_path,
+        1800,
+    )
+    # The README's first command, after its install: .venv/bin/rlds-writer record ...
+    (first,) = [
+        line
+        for line in (_ROOT / "README.md").read_text().splitlines()
+        if line.startswith("python3 -m venv .venv && .venv/bin/pip install -e . && ")
+    ]
+    record = first.split(" && ")[-1]
+    assert record.startswith(".venv/bin/rlds-writer record --output /tmp/catch_dataset ")
+    dataset = tmp_path / "catch_dataset"
+    args = record.replace("/tmp/catch_dataset", str(dataset)).split()
+    result = _run([str(bin_dir / "rlds-writer"), *args[1:]], tmp_path, 900)
+    assert "Recorded 100 episodes" in result.stdout, result.stdout
+    assert "as_dataset: 100 episodes" in result.stdout, result.stdout
+
+    # A reading block of the README, as pasted (its path moved to the recording),
+    # in the wheel's venv: the reader needs no TensorFlow.
+    block = _readme_block("## Reading without TensorFlow")
+    assert '"/data/catch"' in block
+    script = block.replace('"/data/catch"', repr(str(dataset)))
+    script += (
+        "\nimport sys\n"
+        "assert 'tensorflow' not in sys.modules\n"
+        "print('episodes', len(episodes), episodes[3]['steps']['observation'].shape)\n"
+    )
+    (tmp_path / "read.py").write_text(script)
+    result = _run([str(bin_dir / "python"), "read.py"], tmp_path, 600)
+    assert "episodes 10 (" in result.stdout, result.stdout
