@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.maintain import field_statistics as fs
-from rlds_writer.maintain.statistics import iter_step_columns
 from rlds_writer.store import layout
 
 
@@ -55,27 +54,11 @@ def shard_partial(item: tuple[int, str], path: str, seed: int) -> dict[str, Any]
     """One work item: the statistics state of one shard's episodes (runs on a worker)."""
     index, spec = item
     reader = fs._open_split(path, spec.split("[", 1)[0])  # noqa: SLF001
-    leaves = fs._leaves(reader.features)  # noqa: SLF001
-    stats_leaves = [leaf for leaf in leaves if leaf.path[1] not in fs._FLAGS]  # noqa: SLF001
     # A seed per shard: each shard's reservoir is its own uniform sample.
-    rng = np.random.default_rng([seed, index])
-    acc = {leaf.key: fs._Accumulator(tuple(leaf.shape), rng) for leaf in stats_leaves}  # noqa: SLF001
-    episodes = transitions = 0
-    with reader:
-        for columns in iter_step_columns(reader, spec, leaves):
-            is_last = columns.get("is_last")
-            n = len(next(iter(columns.values()))) if columns else 0
-            acting = n - 1 if is_last is not None and n and bool(is_last[-1]) else n
-            episodes += 1
-            transitions += acting
-            for leaf in stats_leaves:
-                rows = columns["/".join(leaf.path[1:])]
-                transition = leaf.path[1] in fs._TRANSITION  # noqa: SLF001
-                acc[leaf.key].add(rows[:acting] if transition else rows)
+    acc, episodes, transitions = fs.accumulate(reader, spec, np.random.default_rng([seed, index]))
     fields = {}
-    for leaf in stats_leaves:
-        a = acc[leaf.key]
-        fields["/".join(leaf.path[1:])] = {
+    for name, a in acc.items():
+        fields[name] = {
             "shape": a.shape,
             "count": a.count,
             "mean": a.mean,

@@ -200,11 +200,17 @@ def compute_field_statistics(
     return _compute(_open_split(path, split), split, seed)
 
 
-def _compute(reader: Any, split: str, seed: int) -> dict[str, Any]:
+def accumulate(
+    reader: Any, split: str, rng: np.random.Generator
+) -> tuple[dict[str, _Accumulator], int, int]:
+    """Reads `split` (TFDS split syntax) once: per step field, its running statistics.
+
+    Returns:
+      (field name -> accumulator, episodes, transitions); `reader` is closed.
+    """
     leaves = _leaves(reader.features)
     stats_leaves = [leaf for leaf in leaves if leaf.path[1] not in _FLAGS]
-    rng = np.random.default_rng(seed)
-    acc = {leaf.key: _Accumulator(tuple(leaf.shape), rng) for leaf in stats_leaves}
+    acc = {"/".join(leaf.path[1:]): _Accumulator(tuple(leaf.shape), rng) for leaf in stats_leaves}
     episodes = transitions = 0
     with reader:
         for columns in iter_step_columns(reader, split, leaves):
@@ -215,15 +221,21 @@ def _compute(reader: Any, split: str, seed: int) -> dict[str, Any]:
             episodes += 1
             transitions += acting
             for leaf in stats_leaves:
-                rows = columns["/".join(leaf.path[1:])]
-                acc[leaf.key].add(rows[:acting] if leaf.path[1] in _TRANSITION else rows)
+                name = "/".join(leaf.path[1:])
+                rows = columns[name]
+                acc[name].add(rows[:acting] if leaf.path[1] in _TRANSITION else rows)
+    return acc, episodes, transitions
+
+
+def _compute(reader: Any, split: str, seed: int) -> dict[str, Any]:
+    acc, episodes, transitions = accumulate(reader, split, np.random.default_rng(seed))
     out: dict[str, Any] = {
         "split": split,
         "num_trajectories": episodes,
         "num_transitions": transitions,
     }
-    for leaf in stats_leaves:
-        out["/".join(leaf.path[1:])] = acc[leaf.key].to_dict()
+    for name, field in acc.items():
+        out[name] = field.to_dict()
     return out
 
 
