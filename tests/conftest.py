@@ -49,3 +49,17 @@ def d3rlpy_python():
     from consumer_venv import D3RLPY_REQUIREMENTS, D3RLPY_SHARED, consumer_python
 
     return consumer_python("d3rlpy", D3RLPY_REQUIREMENTS, shared=D3RLPY_SHARED)
+
+
+@pytest.fixture(scope="module")
+def catch(tmp_path_factory):
+    """A small Catch dataset (two episodes) for tests that only read it."""
+
+    path = tmp_path_factory.mktemp("catch") / "ds"
+    env = rlds_writer.EnvLogger(rlds_writer.Catch(seed=0), data_directory=path)
+    for _ in range(2):
+        timestep = env.reset()
+        while not timestep.last():
+            timestep = env.step(1)
+    env.close()
+    return path

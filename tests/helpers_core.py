@@ -286,3 +286,18 @@ def new_buffer(writer: Any) -> Any:
     from rlds_writer.record.episode import StepFields
 
     return StepFields(writer.encoder.fields, empty_dicts=writer.encoder.empty_dicts).new_buffer()
+
+
+def fuzz_settings(default_examples: int) -> Any:
+    """Hypothesis settings for the fuzz tests: no deadline, `RLDS_FUZZ_EXAMPLES` examples."""
+    from hypothesis import HealthCheck, settings
+
+    return settings(
+        max_examples=int(os.environ.get("RLDS_FUZZ_EXAMPLES", str(default_examples))),
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.function_scoped_fixture,
+        ],
+    )

@@ -43,6 +43,7 @@ import h5py
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from helpers_core import fuzz_settings
 from hostile_sources import (
     d4rl_file,
     episode_arrays,
@@ -50,7 +51,7 @@ from hostile_sources import (
     npy_bytes,
     victim,
 )
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from rlds_writer.errors import RLDSWriterError
@@ -58,16 +59,8 @@ from rlds_writer.interop import array_episodes, d4rl, hdf5_source, lerobot
 from rlds_writer.interop.episodes import infer_schema
 from rlds_writer.interop.source_limits import Budget
 
-EXAMPLES = int(os.environ.get("RLDS_FUZZ_EXAMPLES", "100"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,
-    ],
-)
+FUZZ = fuzz_settings(100)
+EXAMPLES = FUZZ.max_examples
 # The honest inputs are a few kB; the budget's allowance is 64 MiB. More is a bug.
 MEMORY_LIMIT = 200 << 20
 HUGE = st.sampled_from([2**31, 2**36, 2**40, 2**62, 10**11])

@@ -27,8 +27,8 @@ import zlib
 
 import numpy as np
 import pytest
-from helpers_core import random_episodes, write_with_rlds_writer
-from hypothesis import HealthCheck, example, given, settings
+from helpers_core import fuzz_settings, random_episodes, write_with_rlds_writer
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rlds_writer.errors import RLDSWriterError
@@ -36,16 +36,7 @@ from rlds_writer.read.decode import Decoder
 from rlds_writer.store import tfrecord, wire
 from rlds_writer.store.features import parse_features
 
-EXAMPLES = int(os.environ.get("RLDS_FUZZ_EXAMPLES", "200"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,
-    ],
-)
+FUZZ = fuzz_settings(200)
 # Decoding a record of a few kB may take a small multiple of the largest
 # legitimate value (the zlib budget is 64 MiB for unsized values); more is a bug.
 MEMORY_LIMIT = 200 << 20

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-import rlds_writer
 from rlds_writer import errors
 from rlds_writer.interop import EXPORT_FORMATS, FORMATS
 
@@ -58,18 +57,6 @@ def _one_line(result):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     return lines[0]
-
-
-@pytest.fixture(scope="module")
-def catch(tmp_path_factory):
-    path = tmp_path_factory.mktemp("catch") / "ds"
-    env = rlds_writer.EnvLogger(rlds_writer.Catch(seed=0), data_directory=path)
-    for _ in range(2):
-        timestep = env.reset()
-        while not timestep.last():
-            timestep = env.step(1)
-    env.close()
-    return path
 
 
 # (blocked module, argv with SRC for the Catch dataset and OUT for a new path, expected line)

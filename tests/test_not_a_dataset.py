@@ -22,18 +22,6 @@ ENV = dict(os.environ, CUDA_VISIBLE_DEVICES="")
 EXPECTED = "not an RLDS dataset directory (expected one with dataset_info.json and features.json)"
 
 
-@pytest.fixture(scope="module")
-def catch(tmp_path_factory):
-    path = tmp_path_factory.mktemp("catch") / "ds"
-    env = rlds_writer.EnvLogger(rlds_writer.Catch(seed=0), data_directory=path)
-    for _ in range(2):
-        timestep = env.reset()
-        while not timestep.last():
-            timestep = env.step(1)
-    env.close()
-    return path
-
-
 @pytest.fixture()
 def paths(tmp_path, catch):
     """Each kind of not-a-dataset, and a directory of datasets laid out as RLlib's."""

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import base64
 import io
-import os
 import pickle
 import zlib
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from helpers_core import fuzz_settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 # TensorFlow first: RLlib's try_import_tf() disables TF2 behaviour (eager
@@ -42,16 +42,7 @@ from rlds_writer import cli  # noqa: E402
 from rlds_writer.errors import SourceError  # noqa: E402
 from rlds_writer.interop import rllib_episodes, rllib_state  # noqa: E402
 
-EXAMPLES = int(os.environ.get("RLDS_FUZZ_EXAMPLES", "200"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,
-    ],
-)
+FUZZ = fuzz_settings(200)
 
 
 class _Marker:
