@@ -175,8 +175,6 @@ class EpisodeEncoder:
         if self._processes is not None:
             if self._workers_up.is_set():
                 images = self._encode_images_in_processes(columns, upcoming)
-            else:
-                self._start_workers_if_behind(upcoming)
         started = time.thread_time()
         field = None
         try:
@@ -199,6 +197,9 @@ class EpisodeEncoder:
                     if not self._frame_seconds
                     else (0.8 * self._frame_seconds + 0.2 * per_frame)
                 )
+            # Asked once this episode is encoded: an episode already waiting
+            # then means the env outran this thread while it encoded.
+            self._start_workers_if_behind(upcoming)
         head = b"\x0a" + _varint(total)
         return [head, *entries], len(head) + total
 
@@ -211,8 +212,8 @@ class EpisodeEncoder:
     ) -> None:
         """Starts the worker processes once the writer has fallen far enough behind.
 
-        Behind means: an episode is already finished and waiting while this
-        one is encoded. Its frames, priced at the measured cost per frame,
+        Behind means: an episode is already finished and waiting when this
+        one has been encoded. Its frames, priced at the measured cost per frame,
         add to how far behind the writer is; an episode with nothing waiting
         starts the count again.
         """
