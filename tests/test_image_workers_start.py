@@ -10,6 +10,7 @@ the bytes are those of the single-threaded encoder either way.
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 from helpers_core import load_episodes
@@ -97,3 +98,29 @@ def test_closing_while_the_workers_start_leaves_no_process_behind(tmp_path, monk
     assert encoder._starter is None
     assert _worker_pids(os.getpid()) == []
     assert len(load_episodes(tmp_path / "ds")) == 5
+
+
+def test_an_episode_finished_while_the_last_one_was_encoded_counts_as_behind(tmp_path, monkeypatch):
+    # Long episodes: the queue admits one at a time, so the next one is never
+    # finished when encoding starts, only while it runs (as with real cameras).
+    monkeypatch.setattr(encoding, "START_WORKERS_BEHIND_SECONDS", 1e-9)
+    monkeypatch.setattr(encoding, "START_WORKERS_FRAME_SECONDS", 0.0)
+    env = _recorder(tmp_path / "ds")
+    encoder = env._recording.writer.writer.encoder
+    next_queued = threading.Event()
+    encode_field = encoder._encode_image_field
+
+    def encode_while_the_env_finishes_the_next(field, values):
+        assert next_queued.wait(timeout=60)
+        return encode_field(field, values)
+
+    monkeypatch.setattr(encoder, "_encode_image_field", encode_while_the_env_finishes_the_next)
+    _run_episodes(env, 1, seed=0)  # handed to the writer, which waits in its encoding
+    _run_episodes(env, 1)  # finished while the first one is encoded
+    next_queued.set()
+    env.flush()
+    assert encoder._starter is not None
+    encoder._starter.join(timeout=60)
+    assert encoder._workers_up.is_set()
+    env.close()
+    assert len(load_episodes(tmp_path / "ds")) == 2
