@@ -1,10 +1,9 @@
 """interop: datasets in other formats, in and out.
 
-Converters from other offline-RL formats to RLDS datasets.
-
-Each source format has a module with `convert(src, dest, **options)` returning
-a `ConversionReport`; `convert(source_format, src, dest, ...)` dispatches on
-the format name used by `rlds-writer convert --from`:
+In: each source format has a module with `convert(src, dest, **options)`
+returning a `ConversionReport`; `convert(source_format, src, dest, ...)`
+(also `rlds_writer.convert`) dispatches on the format name used by
+`rlds-writer convert --from`:
 
 * `minari`: Minari datasets (`rlds_writer.interop.minari`);
 * `d4rl-hdf5`: D4RL-style flat HDF5 files (`rlds_writer.interop.d4rl`);
@@ -15,13 +14,17 @@ the format name used by `rlds-writer convert --from`:
   `.npy` files) or per HDF5 group, with a field mapping
   (`rlds_writer.interop.array_episodes`).
 
-All of them write through `rlds_writer.DatasetWriter`; see
+All of them write through `store.writer.DatasetWriter`; see
 `rlds_writer.interop.episodes` for the common RLDS alignment.
 
-Exporters the other way (RLDS to Minari, RLlib offline input, Hugging Face,
-LeRobot) live in
-`rlds_writer.interop.export` (`export(src, dest, to=...)`) and one
-`export_<format>` module per target.
+Out: `rlds_writer.interop.export.export(src, dest, to=...)` (also
+`rlds_writer.export`, and `export_minari`, `export_rllib`, `export_hf`,
+`export_d3rlpy`, `export_lerobot` in that module) writes Minari datasets,
+RLlib offline input, Hugging Face datasets, d3rlpy dataset files
+(`export_d3rlpy.to_d3rlpy` gives a d3rlpy `ReplayBuffer` in memory) and
+LeRobot v3.0 datasets, one `export_<format>` module per target.
+`FORMATS` and `EXPORT_FORMATS` below list them all; the command line builds its
+choices and help from them.
 
 May import: `rlds_writer.errors`, `store`, `record`, `read`. Never `maintain`
 or `cli`.
