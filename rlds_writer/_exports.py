@@ -19,6 +19,7 @@ def lazy_exports(
     *,
     factories: Collection[str] = (),
     submodules: Collection[str] = (),
+    defined: Collection[str] = (),
     moved: Mapping[str, str] | None = None,
 ) -> None:
     """Gives a package's namespace a `__getattr__`, `__dir__` and `__all__` for `exports`.
@@ -30,6 +31,7 @@ def lazy_exports(
         (called once, on first use).
       submodules: subpackages imported on first use as attributes, so that
         `rlds_writer.maintain.validate` works after `import rlds_writer`.
+      defined: public names the package defines itself (listed in `__all__`).
       moved: names that used to be here -> where they are now; asking for one
         raises `AttributeError` naming its new place.
     """
@@ -59,6 +61,6 @@ def lazy_exports(
     hooks: dict[str, Callable[..., Any] | list[str]] = {
         "__getattr__": __getattr__,
         "__dir__": __dir__,
-        "__all__": sorted(exports),
+        "__all__": sorted({*exports, *defined}),
     }
     namespace.update(hooks)

@@ -17,11 +17,11 @@ returning a `ConversionReport`; `convert(source_format, src, dest, ...)`
 All of them write through `store.writer.DatasetWriter`; see
 `rlds_writer.interop.episodes` for the common RLDS alignment.
 
-Out: `rlds_writer.interop.export.export(src, dest, to=...)` (also
+Out: `export(src, dest, to=...)` in `rlds_writer.interop.export` (also
 `rlds_writer.export`, and `export_minari`, `export_rllib`, `export_hf`,
-`export_d3rlpy`, `export_lerobot` in that module) writes Minari datasets,
+`export_d3rlpy`, `export_lerobot`, public here) writes Minari datasets,
 RLlib offline input, Hugging Face datasets, d3rlpy dataset files
-(`export_d3rlpy.to_d3rlpy` gives a d3rlpy `ReplayBuffer` in memory) and
+(`to_d3rlpy`, public here, gives a d3rlpy `ReplayBuffer` in memory) and
 LeRobot v3.0 datasets, one `export_<format>` module per target.
 `FORMATS` and `EXPORT_FORMATS` below list them all; the command line builds its
 choices and help from them.
@@ -37,6 +37,7 @@ import importlib
 import os
 from typing import Any
 
+from rlds_writer._exports import lazy_exports
 from rlds_writer.errors import optional_dependencies
 
 
@@ -188,3 +189,26 @@ def _source_path(source_format: str, src: os.PathLike | str) -> str:
 
         return os.fspath(minari_root() / path)
     return path
+
+
+# The exporters by name (`export` itself is the module of that name; the function
+# is `rlds_writer.export`).
+lazy_exports(
+    globals(),
+    {
+        **{
+            name: ("rlds_writer.interop.export", name)
+            for name in (
+                "ExportReport",
+                "export_minari",
+                "export_rllib",
+                "export_hf",
+                "export_d3rlpy",
+                "export_lerobot",
+            )
+        },
+        "to_d3rlpy": ("rlds_writer.interop.export_d3rlpy", "to_d3rlpy"),
+    },
+    submodules=("export",),
+    defined=("Format", "FORMATS", "EXPORT_FORMATS", "convert"),
+)

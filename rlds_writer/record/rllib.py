@@ -18,7 +18,7 @@
 How it works:
 
 * Every EnvRunner actor (training and evaluation) owns one writer on its own
-  subdirectory of `output_root` (`rlds_writer.writer_directory`:
+  subdirectory of `output_root` (`rlds_writer.store.writer_directory`:
   `writer-00001`, `writer-eval-00000`, ...). Training runners write split
   `train`, evaluation runners split `eval`.
 * An episode is written once, whole, in `on_episode_end`. An episode longer
@@ -255,7 +255,7 @@ class RLDSRecorder(RLlibCallback):
         `<merged directory>/<module_id>`.
 
         Returns:
-          The `rlds_writer.MergeReport` (multi-agent: module id -> report), or
+          The `rlds_writer.store.MergeReport` (multi-agent: module id -> report), or
           None if nothing was recorded.
         """
         root = epath.Path(self._opts["output_root"])
