@@ -29,7 +29,7 @@ from consumer_venv import run_consumer  # noqa: E402
 
 import rlds_writer  # noqa: E402
 from rlds_writer import cli  # noqa: E402
-from rlds_writer.read.decode import flatten  # noqa: E402
+from rlds_writer.read.nest import flatten  # noqa: E402
 
 INFO_TYPES = {
     "codebase_version": str,

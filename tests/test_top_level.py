@@ -39,9 +39,7 @@ SUBPACKAGES = ("record", "store", "read", "maintain", "interop")
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     environ.update(env)
-    environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(_ROOT), environ.get("PYTHONPATH")) if p
-    )
+    environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), environ.get("PYTHONPATH")) if p)
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=environ, timeout=300
     )

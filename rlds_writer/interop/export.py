@@ -32,7 +32,7 @@ import numpy as np
 
 from rlds_writer.errors import SpecError, counted, optional_dependencies
 from rlds_writer.interop import EXPORT_FORMATS
-from rlds_writer.read.decode import map_tree
+from rlds_writer.read.nest import map_tree
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.read.transitions import CUT_SHORT_MODES, episode_end
 from rlds_writer.store.locate import require_dataset

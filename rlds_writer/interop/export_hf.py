@@ -40,7 +40,7 @@ from rlds_writer.interop.export import (
     source_episodes,
     text,
 )
-from rlds_writer.read.decode import rows
+from rlds_writer.read.nest import rows
 from rlds_writer.read.transitions import episode_transitions
 from rlds_writer.store import features as features_json
 

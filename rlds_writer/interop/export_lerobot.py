@@ -49,7 +49,7 @@ from rlds_writer.interop.export import (
     value_at,
 )
 from rlds_writer.interop.lerobot_video import VideoStreams, eligible, meta_types
-from rlds_writer.read.decode import flatten
+from rlds_writer.read.nest import flatten
 from rlds_writer.store import names
 from rlds_writer.store.layout import jsonable
 

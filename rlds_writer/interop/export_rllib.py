@@ -62,7 +62,7 @@ from rlds_writer.interop.export import (
     text,
 )
 from rlds_writer.interop.export_spaces import export_spaces
-from rlds_writer.read.decode import map_tree, rows
+from rlds_writer.read.nest import map_tree, rows
 from rlds_writer.store.layout import jsonable
 
 LAYOUTS = ("episodes", "columns")

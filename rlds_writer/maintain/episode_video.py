@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.maintain.statistics import is_clock_field
-from rlds_writer.read.decode import Decoder, LazySteps, flatten
+from rlds_writer.read.decode import Decoder, LazySteps
+from rlds_writer.read.nest import flatten
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.store.features import Leaf
 

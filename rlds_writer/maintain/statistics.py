@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import counted, import_optional
-from rlds_writer.read.decode import Decoder, flatten
+from rlds_writer.read.decode import Decoder
+from rlds_writer.read.nest import flatten
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.read.transitions import episode_end
 from rlds_writer.store import features as features_lib

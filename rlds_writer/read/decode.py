@@ -15,6 +15,7 @@ import numpy as np
 
 from rlds_writer.errors import DecodeError, UnsupportedFeatureError
 from rlds_writer.read.images import check_field, decode_image
+from rlds_writer.read.nest import map_tree, put
 from rlds_writer.store import wire
 from rlds_writer.store.features import IMAGE, NUMERIC, RAW, STRING, ZLIB, Features, Leaf
 
@@ -134,7 +135,7 @@ class Decoder:
                 raise DecodeError(
                     f"{where}: {leaf.key} has {n} steps, other step fields have {num_steps}"
                 )
-            _put(out, leaf.path, value)
+            put(out, leaf.path, value)
         if self.features.has_steps and "steps" not in out:
             out["steps"] = {}
         for leaf in self.episode_leaves:
@@ -150,9 +151,9 @@ class Decoder:
                 if isinstance(e, DecodeError):
                     raise DecodeError(f"{where}: {e}") from e
                 raise DecodeError(f"{where}: {leaf.key}: {e}") from e
-            _put(out, leaf.path, value)
+            put(out, leaf.path, value)
         for path in self.features.empty_dicts:
-            _put(out, path, {})  # as TFDS gives them back
+            put(out, path, {})  # as TFDS gives them back
         return out
 
     def _numbers(self, buf: bytes, loc: tuple[int, int, int] | None, leaf: Leaf) -> np.ndarray:
@@ -446,30 +447,3 @@ def drop_final_step(episode: dict[str, Any]) -> dict[str, Any]:
     if is_last is None or not len(is_last) or not bool(is_last[-1]):
         return episode
     return {**episode, "steps": map_tree(lambda column: column[:-1], steps)}
-
-
-def _put(tree: dict, path: tuple[str, ...], value: Any) -> None:
-    for name in path[:-1]:
-        tree = tree.setdefault(name, {})
-    tree[path[-1]] = value
-
-
-def flatten(tree: Mapping[str, Any], prefix: tuple = ()) -> list[tuple[tuple, Any]]:
-    out = []
-    for k, v in tree.items():
-        if isinstance(v, Mapping):
-            out.extend(flatten(v, prefix + (k,)))
-        else:
-            out.append((prefix + (k,), v))
-    return out
-
-
-def map_tree(fn: Any, tree: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: map_tree(fn, v) if isinstance(v, Mapping) else fn(v) for k, v in tree.items()}
-
-
-def rows(tree: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Turns a nested dict of step columns into one nested dict per step."""
-    keys = list(tree)
-    columns = [rows(v) if isinstance(v, Mapping) else list(v) for v in tree.values()]
-    return [dict(zip(keys, values)) for values in zip(*columns)]

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import CorruptRecordError, DecodeError, counted
-from rlds_writer.read.decode import Decoder, drop_final_step, flatten, map_tree, rows
+from rlds_writer.read.decode import Decoder, drop_final_step
+from rlds_writer.read.nest import flatten, map_tree, rows
 from rlds_writer.read.shards import SHARD_READERS
 from rlds_writer.read.splits import split_ranges
 from rlds_writer.read.transitions import (

@@ -27,7 +27,7 @@ with optional_dependencies("rlds_writer.read.torch_data (PyTorch datasets)"):
     import torch
     from torch.utils import data as torch_data
 
-from rlds_writer.read.decode import flatten, map_tree
+from rlds_writer.read.nest import flatten, map_tree
 from rlds_writer.read.reader import DatasetReader, Episodes, open_dataset
 
 __all__ = ["EpisodeDataset", "RLDSIterableDataset", "WindowDataset", "collate", "to_tensors"]
