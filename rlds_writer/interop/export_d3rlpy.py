@@ -56,7 +56,6 @@ from rlds_writer.interop.export import (
     step_metadata,
     value_at,
 )
-from rlds_writer.store import features as features_json
 
 # d3rlpy.dataset.io.DATASET_VERSION and the columns `Episode.serialize` gives.
 DATASET_VERSION = "2.1"
@@ -95,9 +94,7 @@ def _layout(reader: Any, channels_first: bool = False) -> _Layout:
     for leaf in observation:
         _check_leaf(leaf, "leave the field out of the observation or encode it as numbers")
     paths = tuple(leaf.path[2:] for leaf in observation if len(leaf.path) > 2)
-    images = tuple(
-        leaf.kind == features_json.IMAGE and len(leaf.shape) == 3 for leaf in observation
-    )
+    images = tuple(leaf.is_image and len(leaf.shape) == 3 for leaf in observation)
     if channels_first and not any(images):
         raise ValueError(
             f"{reader.path}: channels_first moves image channels first, and steps/observation "
@@ -191,7 +188,7 @@ def _note_left_out(reader: Any, layout: _Layout, report: ExportReport) -> None:
     images = [
         leaf.key
         for leaf in reader.features.step_leaves
-        if leaf.path[1] == "observation" and leaf.kind == features_json.IMAGE
+        if leaf.path[1] == "observation" and leaf.is_image
     ]
     if images and not any(layout.transpose):
         report.notes.append(

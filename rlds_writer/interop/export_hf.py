@@ -42,7 +42,6 @@ from rlds_writer.interop.export import (
 )
 from rlds_writer.read.nest import rows
 from rlds_writer.read.transitions import episode_transitions
-from rlds_writer.store import features as features_json
 
 _ARRAYS = {2: "Array2D", 3: "Array3D", 4: "Array4D", 5: "Array5D"}
 
@@ -50,7 +49,7 @@ _ARRAYS = {2: "Array2D", 3: "Array3D", 4: "Array4D", 5: "Array5D"}
 def _leaf_feature(leaf: Any) -> Any:
     import datasets
 
-    if leaf.kind == features_json.IMAGE:
+    if leaf.is_image:
         return datasets.Image()
     if leaf.dtype == np.object_:
         if leaf.shape:

@@ -80,7 +80,7 @@ def _episode_columns(reader: Any) -> list[dict[str, Any]]:
         if not leaf.static or (leaf.dtype == np.object_ and leaf.shape):
             raise SpecError(f"{leaf.key}: {leaf.describe()} cannot be kept in meta/episodes")
         kind = "string" if leaf.dtype == np.object_ else "numeric"
-        if leaf.kind == "image" and leaf.dtype == np.uint8:
+        if leaf.is_image and leaf.dtype == np.uint8:
             kind = "image"
         shape = tuple(int(d) for d in leaf.shape)
         out.append({"path": list(leaf.path), "kind": kind, "dtype": leaf.dtype, "shape": shape})

@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import IncompatibleDatasetError, SpecError
-from rlds_writer.store import features as features_json
 from rlds_writer.store import names
 from rlds_writer.store.image_codecs import encode_png
 
@@ -240,7 +239,7 @@ def columns_of(reader: Any, skip: tuple[str, ...] = ()) -> list[Column]:
             continue
         if not leaf.static or len(leaf.shape) > 5:
             raise SpecError(f"{leaf.key}: {leaf.describe()} has no LeRobot feature (shape)")
-        image = leaf.kind == features_json.IMAGE and leaf.dtype == np.uint8
+        image = leaf.is_image and leaf.dtype == np.uint8
         if leaf.dtype == np.object_:
             if leaf.shape:
                 raise SpecError(f"{leaf.key}: {leaf.describe()} text arrays are not supported")

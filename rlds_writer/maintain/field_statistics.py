@@ -46,7 +46,7 @@ MAX_ELEMENTS = 4096
 QUANTILES = {"q01": 0.01, "q99": 0.99}
 _TRANSITION = ("action", "reward", "discount")
 _FLAGS = ("is_first", "is_last", "is_terminal")
-_NUMERIC_KINDS = (features_lib.NUMERIC, features_lib.RAW, features_lib.ZLIB)
+_NUMERIC_KINDS = (*features_lib.NUMERIC_KINDS, *features_lib.ENCODED_KINDS)
 _CACHE = "dataset_statistics_{split}.json"
 
 

@@ -171,7 +171,7 @@ def _episode_length(columns: Mapping[str, np.ndarray]) -> int:
 
 
 # Kinds of stored values whose decoded numbers statistics are taken of.
-_NUMERIC_KINDS = (features_lib.NUMERIC, features_lib.RAW, features_lib.ZLIB)
+_NUMERIC_KINDS = (*features_lib.NUMERIC_KINDS, *features_lib.ENCODED_KINDS)
 # Every RLDS dataset has is_first; its row length is the episode's step count.
 _LENGTH_KEY = "is_first"
 

@@ -17,7 +17,7 @@ from rlds_writer.errors import DecodeError, UnsupportedFeatureError
 from rlds_writer.read.images import check_field, decode_image
 from rlds_writer.read.nest import map_tree, put
 from rlds_writer.store import wire
-from rlds_writer.store.features import IMAGE, NUMERIC, RAW, STRING, ZLIB, Features, Leaf
+from rlds_writer.store.features import BYTES, TEXT, ZLIB, Features, Leaf
 
 
 def _stack(key: str, items: list[np.ndarray], shape: tuple, dtype: np.dtype) -> Any:
@@ -68,12 +68,12 @@ class Decoder:
 
     def _pick_count_leaf(self) -> Leaf | None:
         def rank(leaf: Leaf) -> int:
-            if leaf.kind == NUMERIC:
+            if leaf.is_numeric:
                 return 0 if leaf.wire_type == "float" else 1
-            return 2 if leaf.kind == STRING else 3
+            return 2 if leaf.kind == TEXT else 3
 
         def countable(leaf: Leaf) -> bool:
-            if leaf.kind in (NUMERIC, STRING):
+            if leaf.is_numeric or leaf.kind == TEXT:
                 return leaf.static and leaf.size > 0
             return not leaf.dynamic  # one bytes entry per step, whatever its shape
 
@@ -83,7 +83,7 @@ class Decoder:
         return min(candidates, key=rank)
 
     def _per_step(self, leaf: Leaf) -> int:
-        return leaf.size if leaf.kind in (NUMERIC, STRING) else 1
+        return leaf.size if leaf.is_numeric or leaf.kind == TEXT else 1
 
     def num_steps(self, buf: bytes, where: str = "") -> int:
         """Counts an episode's steps from one field, without decoding values."""
@@ -182,15 +182,15 @@ class Decoder:
 
     def _decode_steps(self, buf: bytes, loc: tuple[int, int, int] | None, leaf: Leaf) -> Any:
         kind = leaf.kind
-        if kind == NUMERIC:
+        if leaf.is_numeric:
             flat = self._numbers(buf, loc, leaf)
             return _reshape_steps(leaf, flat)
-        if kind == STRING:
+        if kind == TEXT:
             items = self._strings(buf, loc, leaf)
             arr = np.empty(len(items), object)
             arr[:] = items
             return _reshape_steps(leaf, arr)
-        if kind == RAW:
+        if kind == BYTES:
             dtype = leaf.dtype.newbyteorder("<")
             if loc is not None and loc[0] == wire.BYTES_LIST and leaf.static:
                 rows = wire.fixed_bytes_list(buf, loc[1], loc[2])
@@ -222,7 +222,7 @@ class Decoder:
                 leaf.shape,
                 leaf.dtype,
             )
-        if kind == IMAGE:
+        if leaf.is_image:
             values = self._strings(buf, loc, leaf)
             if leaf.shape[0] is None or leaf.shape[1] is None:
                 check_field(values, leaf)  # what they cost together, before decoding any
@@ -239,10 +239,10 @@ class Decoder:
         `check_field` limit: none is kept.
         """
         kind = leaf.kind
-        if kind == IMAGE:
+        if leaf.is_image:
             items = self._strings(buf, loc, leaf)
             return LazySteps(leaf, len(items), lambda i: decode_image(items[i], leaf), where)
-        if kind == RAW:
+        if kind == BYTES:
             items = self._strings(buf, loc, leaf)
             return LazySteps(leaf, len(items), lambda i: self._raw(items[i], leaf), where)
         if kind == ZLIB:
@@ -252,7 +252,7 @@ class Decoder:
                 return self._raw(_inflate(items[i], _bound(leaf, items[i]), leaf.key), leaf)
 
             return LazySteps(leaf, len(items), inflated, where)
-        if kind == NUMERIC:
+        if leaf.is_numeric:
             lazy = self._lazy_numbers(buf, loc, leaf, where)
             if lazy is not None:
                 return lazy
@@ -360,14 +360,14 @@ class Decoder:
         """Decodes an episode-level (non-step) value."""
         kind = leaf.kind
         target = [-1 if d is None else d for d in leaf.shape]
-        if kind == NUMERIC:
+        if leaf.is_numeric:
             flat = self._numbers(buf, loc, leaf)
             if not leaf.shape:
                 if flat.size != 1:
                     raise DecodeError(f"{leaf.key}: expected one value, got {flat.size}")
                 return flat[0]
             return _reshape_value(leaf, flat, target)
-        if kind == STRING:
+        if kind == TEXT:
             items = self._strings(buf, loc, leaf)
             if not leaf.shape:
                 if len(items) != 1:
@@ -379,11 +379,11 @@ class Decoder:
         items = self._strings(buf, loc, leaf)
         if len(items) != 1:
             raise DecodeError(f"{leaf.key}: expected one encoded value, got {len(items)}")
-        if kind == RAW:
+        if kind == BYTES:
             return self._raw(items[0], leaf)
         if kind == ZLIB:
             return self._raw(_inflate(items[0], _bound(leaf, items[0]), leaf.key), leaf)
-        if kind == IMAGE:
+        if leaf.is_image:
             return decode_image(items[0], leaf)
         raise UnsupportedFeatureError(f"{leaf.key}: kind {kind}")
 
