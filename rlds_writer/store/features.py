@@ -199,18 +199,13 @@ def parse_features(config: Mapping[str, Any]) -> Features:
       IncompatibleDatasetError: if the JSON is not a TFDS `FeaturesDict`
         (a field of the wrong type, a shape out of range, nesting too deep).
     """
-    if _class_name(config, ()) != "FeaturesDict":
-        raise _malformed(
-            (),
-            "the top-level feature must be a FeaturesDict, "
-            f"got {_short(config.get('pythonClassName', config.get('type')))}",
-        )
+    nodes = walk_features_json(config)  # checks the top level first
     top = _dict_children(config, ())
     has_steps = STEPS in top and _json_steps(top[STEPS], (STEPS,)) is not None
     steps: list[Leaf] = []
     episode: list[Leaf] = []
     empties: list[tuple[str, ...]] = []
-    for node in walk_features(top, _json_children, _json_steps):
+    for node in nodes:
         if node.empty_dict:
             empties.append(node.path)
         else:
@@ -292,6 +287,25 @@ def _walk(
         yield FeatureNode(path, in_steps, spec, empty_dict=True)
     for name, sub in inner.items():
         yield from _walk(sub, path + (name,), in_steps, children)
+
+
+def walk_features_json(config: Mapping[str, Any]) -> Iterator[FeatureNode]:
+    """`walk_features` over a decoded `features.json`; each node's `spec` is its JSON node.
+
+    Unlike `parse_features`, it yields every leaf, also those the reader cannot
+    decode (`info` describes them all); a crafted file still raises
+    `IncompatibleDatasetError` naming the field.
+
+    Args:
+      config: the decoded JSON of a `features.json`.
+    """
+    if _class_name(config, ()) != "FeaturesDict":
+        raise _malformed(
+            (),
+            "the top-level feature must be a FeaturesDict, "
+            f"got {_short(config.get('pythonClassName', config.get('type')))}",
+        )
+    return walk_features(_dict_children(config, ()), _json_children, _json_steps)
 
 
 def _json_children(node: Any, path: tuple[str, ...]) -> Mapping[str, Any] | None:
