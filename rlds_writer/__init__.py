@@ -13,8 +13,8 @@ passes through (docs/architecture.md):
 - `rlds_writer.store`: the disk format and the dataset writer (`DatasetWriter`);
 - `rlds_writer.read`: the TF-free reading path (`DatasetReader`, torch datasets);
 - `rlds_writer.maintain`: `info`, `validate`, statistics, `show`;
-- `rlds_writer.interop`: other formats in (`convert`) and out (`export_minari`, ...,
-  `to_d3rlpy`);
+- `rlds_writer.interop`: other formats in (`convert`) and out (`export.export_minari`,
+  ..., `to_d3rlpy`);
 - `rlds_writer.errors`: every error class; `rlds_writer.cli`: the `rlds-writer` tool.
 
 Heavy modules (TensorFlow, TFDS) are imported only when a name that needs
@@ -87,16 +87,16 @@ _MOVED = {
             "plot_statistics",
         )
     },
+    "ExportReport": "rlds_writer.interop.ExportReport",
+    "to_d3rlpy": "rlds_writer.interop.to_d3rlpy",
     **{
-        name: f"rlds_writer.interop.{name}"
+        name: f"rlds_writer.interop.export.{name}"
         for name in (
-            "ExportReport",
             "export_minari",
             "export_rllib",
             "export_hf",
             "export_d3rlpy",
             "export_lerobot",
-            "to_d3rlpy",
         )
     },
     **{

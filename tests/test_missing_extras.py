@@ -164,7 +164,7 @@ def test_import_never_fails_and_using_the_feature_names_the_extra():
             'pip install "rlds_writer[hf]"',
         ),
         (
-            "rlds_writer.interop.export_hf(SRC, OUT)",
+            "rlds_writer.interop.export.export_hf(SRC, OUT)",
             "datasets",
             "exporting to Hugging Face datasets needs datasets, which is not installed: "
             'pip install "rlds_writer[hf]"',

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -66,8 +67,13 @@ def test_each_subpackage_lists_its_public_names_and_each_resolves(package):
     module = getattr(rlds_writer, package)  # subpackages load as attributes
     assert module.__name__ == f"rlds_writer.{package}"
     assert module.__all__, package
+    folder = _ROOT / "rlds_writer" / package
     for name in module.__all__:
-        assert getattr(module, name) is not None, f"rlds_writer.{package}.{name}"
+        # A submodule of the same name would replace the name once imported.
+        assert not (folder / f"{name}.py").exists(), f"rlds_writer.{package}.{name} is a module"
+        assert not (folder / name).is_dir(), f"rlds_writer.{package}.{name} is a package"
+        value = getattr(module, name)
+        assert not isinstance(value, types.ModuleType), f"rlds_writer.{package}.{name}"
     assert set(module.__all__) <= set(dir(module))
 
 
@@ -78,7 +84,7 @@ def test_a_moved_name_says_where_it_is_and_is_there():
     for name, place in moved.items():
         with pytest.raises(AttributeError, match=rf"has no attribute '{name}'; it is {place}$"):
             getattr(rlds_writer, name)
-        assert _resolve(place) is not None, place
+        assert not isinstance(_resolve(place), types.ModuleType), place
     assert rlds_writer.maintain.validate.__module__ == "rlds_writer.maintain.inspection"
     assert rlds_writer.errors.SpecError.__name__ == "SpecError"
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'$"):

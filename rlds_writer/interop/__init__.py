@@ -18,8 +18,9 @@ All of them write through `store.writer.DatasetWriter`; see
 `rlds_writer.interop.episodes` for the common RLDS alignment.
 
 Out: `export(src, dest, to=...)` in `rlds_writer.interop.export` (also
-`rlds_writer.export`, and `export_minari`, `export_rllib`, `export_hf`,
-`export_d3rlpy`, `export_lerobot`, public here) writes Minari datasets,
+`rlds_writer.export`; that module has one function per format too,
+`export_minari`, `export_rllib`, `export_hf`, `export_d3rlpy`,
+`export_lerobot`, returning an `ExportReport`) writes Minari datasets,
 RLlib offline input, Hugging Face datasets, d3rlpy dataset files
 (`to_d3rlpy`, public here, gives a d3rlpy `ReplayBuffer` in memory) and
 LeRobot v3.0 datasets, one `export_<format>` module per target.
@@ -191,22 +192,13 @@ def _source_path(source_format: str, src: os.PathLike | str) -> str:
     return path
 
 
-# The exporters by name (`export` itself is the module of that name; the function
-# is `rlds_writer.export`).
+# `export` (the module: the function is `rlds_writer.export`) with the exporters
+# by name, `export.export_minari`, ...; the names `export_<format>` here are the
+# formats' modules.
 lazy_exports(
     globals(),
     {
-        **{
-            name: ("rlds_writer.interop.export", name)
-            for name in (
-                "ExportReport",
-                "export_minari",
-                "export_rllib",
-                "export_hf",
-                "export_d3rlpy",
-                "export_lerobot",
-            )
-        },
+        "ExportReport": ("rlds_writer.interop.export", "ExportReport"),
         "to_d3rlpy": ("rlds_writer.interop.export_d3rlpy", "to_d3rlpy"),
     },
     submodules=("export",),

@@ -96,7 +96,7 @@ class ExportReport:
 
 
 def needs_libraries(to: str) -> Any:
-    """Decorates format `to`'s own `export` (public as `rlds_writer.interop.export_<format>`).
+    """Decorates format `to`'s own `export` (public as `export_<format>` in this module).
 
     A library of the format missing inside it becomes a `MissingDependencyError`
     naming the extra to install, as through `export(..., to=...)`.
@@ -325,7 +325,7 @@ def export(
         return staging.export_staged(run, src, dest, file=to == "d3rlpy")
 
 
-# The public per-format names (`rlds_writer.interop.export_minari`, ...): the same
+# The public per-format names (`rlds_writer.interop.export.export_minari`, ...): the same
 # staging and checks as `export(..., to=...)`; options as in each module.
 def export_minari(src: os.PathLike | str, dest: str, **options: Any) -> ExportReport:
     """`export(src, dest, to="minari", ...)`; options: `export_minari.export`."""

@@ -328,8 +328,8 @@ def to_d3rlpy(
     except ImportError as e:
         raise MissingDependencyError(
             f"to_d3rlpy needs d3rlpy ({e}); d3rlpy 2.8.1 pins gymnasium 1.0.0, so use a "
-            "separate venv (docs/sharing.md, d3rlpy) or rlds_writer.interop.export_d3rlpy and "
-            "ReplayBuffer.load there"
+            "separate venv (docs/sharing.md, d3rlpy) or "
+            "rlds_writer.interop.export.export_d3rlpy and ReplayBuffer.load there"
         ) from e
     check_cut_short(cut_short)
     reader = open_source(src, split)
