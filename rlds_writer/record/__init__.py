@@ -30,7 +30,7 @@ lazy_exports(
         "EnvLogger": ("rlds_writer.record.dm_env", "EnvLogger"),
         "TFDSBackendWriter": ("rlds_writer.record.backend", "TFDSBackendWriter"),
         "RecordRLDS": ("rlds_writer.record.gymnasium", "RecordRLDS"),
-        "RecordRLDSVector": ("rlds_writer.record.gymnasium", "RecordRLDSVector"),
+        "RecordRLDSVector": ("rlds_writer.record.gymnasium_vector", "RecordRLDSVector"),
         "RecordRLDSParallel": ("rlds_writer.record.pettingzoo", "RecordRLDSParallel"),
         "RecordRLDSAEC": ("rlds_writer.record.pettingzoo", "RecordRLDSAEC"),
         "RLDSRecorder": ("rlds_writer.record.rllib", "RLDSRecorder"),
