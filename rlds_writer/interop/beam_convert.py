@@ -278,14 +278,13 @@ def make_plan(scans: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[
             total += scan["episodes"]
         if not total:
             raise ValueError(f"{settings['source']}: no episodes found")
-        info = _dataset_info(ep.Schema(tree, total), settings)
+        _dataset_info(ep.Schema(tree, total), settings)  # refuses what has no features
         per_file = settings["max_episodes_per_file"]
         return {
             "tree": _leaf_json(tree),
             "total": total,
             "firsts": firsts,
             "num_shards": -(-total // per_file),
-            "features": json.dumps(info.features.to_json()),
         }
     except Exception as e:  # noqa: BLE001
         return {"error": _error(e)}
@@ -310,15 +309,19 @@ def _dataset_info(schema: ep.Schema, settings: Mapping[str, Any]) -> Any:
 
 
 @functools.lru_cache(maxsize=2)
-def _encoder(features_json: str) -> tuple[Any, Any]:
-    """The encoder and step layout of the plan's features (built once per worker)."""
-    import tensorflow_datasets as tfds
+def _encoder(tree_json: str, settings_json: str) -> tuple[Any, Any]:
+    """The encoder and step layout of the plan's schema (built once per worker).
 
+    The features are built from the schema as the single-process run builds
+    them (not read back from JSON, which orders them differently), so the
+    records are the same bytes.
+    """
     from rlds_writer.record.episode import StepFields
     from rlds_writer.store import encoding
 
-    features = tfds.features.FeatureConnector.from_json(json.loads(features_json))
-    encoder = encoding.EpisodeEncoder(features, image_workers=0)
+    tree = _leaf_tree(json.loads(tree_json))
+    info = _dataset_info(ep.Schema(tree, 0), json.loads(settings_json))
+    encoder = encoding.EpisodeEncoder(info.features, image_workers=0)
     return encoder, StepFields(encoder.fields, empty_dicts=encoder.empty_dicts)
 
 
@@ -342,7 +345,7 @@ def encode_item(
     expected = (plan["firsts"] + [plan["total"]])[index + 1] - first
     count = 0
     try:
-        encoder, fields = _encoder(plan["features"])
+        encoder, fields = _encoder(json.dumps(plan["tree"]), json.dumps(settings))
         for episode in SPLITTERS[source_format].read(src, units, options):
             number = first + count
             if count >= expected:

@@ -1,0 +1,356 @@
+"""`convert` as an Apache Beam pipeline (issue 25 item 5): the same dataset as one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+pytest.importorskip("apache_beam")
+tfds = pytest.importorskip("tensorflow_datasets")
+
+from helpers_core import load_episodes  # noqa: E402
+
+import rlds_writer  # noqa: E402
+from rlds_writer.cli.main import main  # noqa: E402
+from rlds_writer.interop import beam_convert  # noqa: E402
+from rlds_writer.store import shards  # noqa: E402
+
+CHECKOUT = Path(rlds_writer.__file__).resolve().parent.parent
+IN_PROCESS = ["--runner=DirectRunner"]
+MAPPING = [
+    "observation/image=pixels",
+    "observation/state=state",
+    "action=actions",
+    "reward=rewards",
+    "terminated=terminals",
+    "step/clock=clock",
+    "episode/seed=seed",
+]
+
+
+def _episode(rng, n, seed):
+    return {
+        "pixels": rng.integers(0, 256, (n, 6, 5, 3), dtype=np.uint8),
+        "state": rng.standard_normal((n, 3)),  # float64: kept as bytes
+        "actions": rng.standard_normal((n - 1, 2)).astype(np.float32),
+        "rewards": rng.standard_normal(n - 1).astype(np.float32),
+        "terminals": np.array([False] * (n - 2) + [seed % 3 == 0]),
+        "clock": np.arange(n, dtype=np.int64),
+        "seed": np.int64(seed),
+    }
+
+
+def _episodes(count=11, seed=0):
+    rng = np.random.default_rng(seed)
+    return [_episode(rng, int(rng.integers(2, 9)), i) for i in range(count)]
+
+
+def _write_npz(src, episodes):
+    src.mkdir(parents=True)
+    for i, episode in enumerate(episodes):
+        np.savez(src / f"episode_{i}.npz", **episode)
+    return src
+
+
+def _write_hdf5(path, episodes):
+    with h5py.File(path, "w") as f:
+        for i, episode in enumerate(episodes):
+            group = f.create_group(f"data/demo_{i}")
+            for key, value in episode.items():
+                group[key] = value
+    return path
+
+
+def _listed_records(path):
+    """Every record of every split, in the order dataset_info.json lists the shards."""
+    from rlds_writer.store import layout
+
+    info = json.loads((path / "dataset_info.json").read_text())
+    out = {}
+    for split, template in layout.split_templates(info).items():
+        lengths, _ = layout.read_splits(info)[split]
+        records = []
+        for index, n in enumerate(lengths):
+            file = path / template.filename(index, len(lengths))
+            got = list(shards.tfrecord_records(file))
+            assert len(got) == n, file
+            records.extend(got)
+        out[split] = records
+    return out
+
+
+def assert_same_dataset(beam, single, per_file):
+    """The Beam run wrote the single-process run's dataset: files, listing and episodes."""
+    b_info = json.loads((beam / "dataset_info.json").read_text())
+    s_info = json.loads((single / "dataset_info.json").read_text())
+    b_splits, s_splits = b_info.pop("splits"), s_info.pop("splits")
+    assert b_info == s_info
+    for name in ("features.json", "metadata.json"):
+        assert (beam / name).read_text() == (single / name).read_text(), name
+    # Shards as TFDS's Beam writer names them, `max_episodes_per_file` each.
+    total = sum(int(n) for n in s_splits[0]["shardLengths"])
+    assert [s["name"] for s in b_splits] == [s["name"] for s in s_splits] == ["train"]
+    lengths = [int(n) for n in b_splits[0]["shardLengths"]]
+    assert lengths == [min(per_file, total - i) for i in range(0, total, per_file)]
+    assert b_splits[0]["filepathTemplate"] == "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
+    assert b_splits[0]["numBytes"] == s_splits[0]["numBytes"]
+    names = sorted(p.name for p in beam.iterdir() if ".tfrecord-" in p.name)
+    n = len(lengths)
+    assert names == [f"{b_info['name']}-train.tfrecord-{i:05d}-of-{n:05d}" for i in range(n)]
+    assert sorted(p.name for p in beam.iterdir() if ".tfrecord-" not in p.name) == [
+        "dataset_info.json",
+        "features.json",
+        "metadata.json",
+    ]
+    # Episode by episode, the same bytes: the same encoder, in the same order.
+    assert _listed_records(beam) == _listed_records(single)
+    # And TFDS itself loads both to the same values.
+    got, want = load_episodes(beam), load_episodes(single)
+    assert len(got) == len(want) == total
+    for g, w in zip(got, want, strict=True):
+        assert g.keys() == w.keys()
+        assert len(g["steps"]) == len(w["steps"])
+        for gs, ws in zip(g["steps"], w["steps"], strict=True):
+            assert gs.keys() == ws.keys()
+            _assert_nested_equal(gs, ws)
+        _assert_nested_equal({k: v for k, v in g.items() if k != "steps"}, w)
+
+
+def _assert_nested_equal(got, want):
+    for key, value in got.items():
+        if isinstance(value, dict):
+            _assert_nested_equal(value, want[key])
+        elif key != "steps":
+            np.testing.assert_array_equal(value, want[key], err_msg=key)
+
+
+# ------------------------------------------------- two worker processes, from an install
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """This checkout installed as a package (pip), the only rlds_writer the workers see."""
+    site = tmp_path_factory.mktemp("site")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(CHECKOUT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return site
+
+
+@pytest.fixture(scope="module")
+def multi_processing_run(tmp_path_factory, installed):
+    """One `rlds-writer convert` on DirectRunner multi_processing with 2 workers (~100 s)."""
+    root = tmp_path_factory.mktemp("beam_mp")
+    src = _write_npz(root / "npz", _episodes())
+    dest = root / "beam"
+    cwd = root / "elsewhere"  # not the checkout: rlds_writer is not importable from here
+    cwd.mkdir()
+    # Only the install: no checkout on the path of the driver or the workers.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=str(installed), TF_CPP_MIN_LOG_LEVEL="2")
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlds_writer",
+        "convert",
+        "--from",
+        "npz-dir",
+        str(src),
+        str(dest),
+        "--max-episodes-per-file=3",
+        "--json",
+        "--runner=DirectRunner",
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=2",
+        *(f"--map={m}" for m in MAPPING),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=900)
+    return src, dest, proc
+
+
+@pytest.mark.slow
+def test_two_worker_processes_write_the_single_process_dataset(multi_processing_run, tmp_path):
+    src, dest, proc = multi_processing_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr == ""  # quiet, as every command
+    single = tmp_path / "single"
+    report = rlds_writer.convert("npz-dir", src, single, mapping=MAPPING, max_episodes_per_file=3)
+    assert_same_dataset(dest, single, per_file=3)
+    got = json.loads(proc.stdout)
+    assert got.pop("destination") == str(dest)
+    want = report.to_dict()
+    want.pop("destination")
+    assert got == want
+    assert not [p for p in dest.parent.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+@pytest.mark.slow
+def test_the_workers_ran_the_installed_copy_not_a_path_of_the_driver(multi_processing_run):
+    """The workers of the run above could import rlds_writer only from the install."""
+    _, _, proc = multi_processing_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # Without the install on the path, the worker command line cannot import the
+    # code under test from the run's working directory (what a worker falls back to).
+    probe = subprocess.run(
+        [sys.executable, "-c", "import rlds_writer.interop.beam_convert"],
+        capture_output=True,
+        text=True,
+        cwd=multi_processing_run[1].parent / "elsewhere",
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    installed_elsewhere = probe.returncode == 0
+    if installed_elsewhere:  # e.g. `pip install -e .` of this checkout: also an install
+        return
+    assert "No module named" in probe.stderr
+
+
+# ------------------------------------------------------------ in-process runner (quick)
+
+
+def test_hdf5_episode_groups_in_process_runner_match_one_process(tmp_path):
+    src = _write_hdf5(tmp_path / "demos.hdf5", _episodes(7, seed=1))
+    options = {"mapping": MAPPING, "max_episodes_per_file": 2, "name": "demos"}
+    beam = beam_convert.convert("hdf5-episodes", src, tmp_path / "beam", IN_PROCESS, **options)
+    single = rlds_writer.convert("hdf5-episodes", src, tmp_path / "single", **options)
+    assert_same_dataset(tmp_path / "beam", tmp_path / "single", per_file=2)
+    assert beam.to_dict() | {"destination": ""} == single.to_dict() | {"destination": ""}
+
+
+def test_cli_options_and_per_dimension_stats(tmp_path, capsys):
+    src = _write_npz(tmp_path / "npz", _episodes(5, seed=2))
+    dest = tmp_path / "ds"
+    argv = ["convert", "--from", "npz-dir", str(src), str(dest), "--name", "arm"]
+    maps = [f"--map={m}" for m in MAPPING]
+    pipeline = ["--beam_pipeline_options", "direct_num_workers=1,direct_running_mode=in_memory"]
+    assert main([*argv, *maps, *pipeline]) == 0
+    assert "5 episodes" in capsys.readouterr().out
+    assert main([*argv[:4], str(tmp_path / "one"), "--name", "arm", *maps]) == 0
+    assert_same_dataset(dest, tmp_path / "one", per_file=1000)
+    capsys.readouterr()
+    # stats --per-dimension on the runner: the single-process numbers.
+    assert main(["stats", str(dest), "--per-dimension", "--json", "--runner=DirectRunner"]) == 0
+    beam_stats = json.loads(capsys.readouterr().out)
+    assert main(["stats", str(tmp_path / "one"), "--per-dimension", "--json"]) == 0
+    one_stats = json.loads(capsys.readouterr().out)
+    assert beam_stats["num_transitions"] == one_stats["num_transitions"] > 0
+    for name in ("action", "reward", "observation/state"):
+        for key in ("count", "min", "max", "q01", "q99"):
+            assert beam_stats[name][key] == one_stats[name][key], (name, key)
+        np.testing.assert_allclose(beam_stats[name]["mean"], one_stats[name]["mean"], rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--from", "d4rl-hdf5", "--runner=DirectRunner"], "d4rl-hdf5 does not run as a Beam"),
+        (["--from", "npz-dir", "--mode", "append", "--runner=DirectRunner"], "rlds-writer merge"),
+        (["--from", "npz-dir", "--beam_pipeline_options", "=x"], "is not KEY=VALUE"),
+    ],
+)
+def test_what_does_not_run_on_beam_is_one_line(tmp_path, capsys, argv, match):
+    src = _write_npz(tmp_path / "npz", _episodes(2))
+    assert main(["convert", *argv, str(src), str(tmp_path / "ds")]) != 0
+    err = capsys.readouterr().err
+    assert match in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "ds").exists()
+
+
+def test_stats_refuses_beam_options_without_per_dimension(tmp_path, capsys):
+    src = _write_npz(tmp_path / "npz", _episodes(2))
+    rlds_writer.convert("npz-dir", src, tmp_path / "ds", mapping=MAPPING)
+    assert main(["stats", str(tmp_path / "ds"), "--runner=DirectRunner"]) != 0
+    assert "--per-dimension only" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------- failures
+
+
+def _bad_rows_episode(tmp_path, episodes):
+    """An episode whose schema scans but which cannot be aligned (5 observations, 2 rewards)."""
+    bad = dict(episodes[0], rewards=episodes[0]["rewards"][:0].tolist() + [1.0, 2.0])
+    bad["rewards"] = np.asarray(bad["rewards"], np.float32)
+    bad["pixels"] = bad["pixels"][:1].repeat(5, axis=0)
+    bad["state"] = bad["state"][:1].repeat(5, axis=0)
+    bad["clock"] = np.arange(5, dtype=np.int64)
+    bad["actions"] = bad["actions"][:1].repeat(2, axis=0)
+    return bad
+
+
+def test_a_failing_work_item_leaves_nothing_listed_and_the_old_dataset_whole(tmp_path, capsys):
+    """Shards of the good items are written, then one item fails: DEST never lists them."""
+    episodes = _episodes(6, seed=4)
+    src = _write_npz(tmp_path / "npz", episodes)
+    dest = tmp_path / "ds"
+    # An existing dataset, to be replaced by --mode overwrite.
+    rlds_writer.convert("npz-dir", src, dest, mapping=MAPPING, max_episodes_per_file=2)
+    before = {p.name: p.read_bytes() for p in dest.iterdir()}
+    np.savez(src / "episode_9.npz", **_bad_rows_episode(tmp_path, episodes))
+    argv = ["convert", "--from", "npz-dir", str(src), str(dest), "--mode", "overwrite"]
+    opts = ["--max-episodes-per-file=1", "--runner=DirectRunner", *(f"--map={m}" for m in MAPPING)]
+    assert main([*argv, *opts]) != 0
+    err = capsys.readouterr().err
+    assert "must have 4 or 5 rewards, got 2" in err and len(err.strip().splitlines()) == 1, err
+    # The same words as the single-process conversion.
+    single = tmp_path / "single"
+    assert main(["convert", "--from", "npz-dir", str(src), str(single), *opts[:1], *opts[2:]]) != 0
+    assert capsys.readouterr().err == err
+    assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging
+    # Into a new directory: nothing at all.
+    assert main([*argv[:4], str(tmp_path / "new"), *opts]) != 0
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_killed_driver_leaves_no_dataset_and_a_rerun_succeeds(tmp_path):
+    src = _write_npz(tmp_path / "npz", _episodes(24, seed=5))
+    dest = tmp_path / "ds"
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlds_writer",
+        "convert",
+        "--from",
+        "npz-dir",
+        str(src),
+        str(dest),
+        "--runner=DirectRunner",
+        *(f"--map={m}" for m in MAPPING),
+    ]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        # The staging directory exists from before the pipeline starts to the final rename.
+        while proc.poll() is None and not any(p.name.startswith(".ds") for p in tmp_path.iterdir()):
+            time.sleep(0.01)
+        assert proc.poll() is None, proc.stderr.read()
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert not (dest / "dataset_info.json").exists()
+    assert not dest.exists()
+    assert main([*cmd[3:]]) == 0  # a stale staging directory is no obstacle
+    assert len(load_episodes(dest)) == 24
