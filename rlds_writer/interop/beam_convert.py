@@ -161,6 +161,53 @@ def _d4rl_read(
     )
 
 
+def _lerobot_units(src: str, options: Mapping[str, Any]) -> list[list[str]]:
+    """Data files, those that share an episode grouped (LeRobot itself never splits one)."""
+    from rlds_writer.interop import lerobot
+
+    units: list[list[str]] = []
+    last = None
+    for name in lerobot.data_files(src):
+        first, end = _first_and_last_episode(Path(src) / "data" / name)
+        if units and first is not None and first == last:
+            units[-1].append(name)
+        else:
+            units.append([name])
+        last = end if end is not None else last
+    return units
+
+
+def _first_and_last_episode(file: Path) -> tuple[int | None, int | None]:
+    """The `episode_index` of a data file's first and last frame (two row groups read)."""
+    import pyarrow.parquet as pq
+
+    from rlds_writer.interop.source_limits import check_parquet, source_errors
+
+    check_parquet(file)
+    with source_errors(file):
+        parquet = pq.ParquetFile(file)
+        if "episode_index" not in parquet.schema_arrow.names:
+            return None, None  # the worker refuses it, naming it
+        groups = [
+            g
+            for g in range(parquet.metadata.num_row_groups)
+            if parquet.metadata.row_group(g).num_rows
+        ]
+        if not groups:
+            return None, None
+        head = parquet.read_row_group(groups[0], columns=["episode_index"]).column(0)
+        tail = parquet.read_row_group(groups[-1], columns=["episode_index"]).column(0)
+        return head[0].as_py(), tail[len(tail) - 1].as_py()
+
+
+def _lerobot_read(
+    src: str, units: Sequence[list[str]], options: Mapping[str, Any]
+) -> Iterator[ep.SourceEpisode]:
+    from rlds_writer.interop import lerobot
+
+    yield from lerobot.read_episodes(src, files=[f for unit in units for f in unit])
+
+
 def _minari_units(src: str, options: Mapping[str, Any]) -> list[int]:
     from rlds_writer.interop import minari
 
@@ -184,11 +231,8 @@ SPLITTERS = {
     # Row ranges of one flat table: each work item reads the flag columns
     # (a byte a row) to find its episodes, and only their rows of the rest.
     "d4rl-hdf5": Splitter(_d4rl_units, _d4rl_read, per_item=64),
-}
-
-# Why the other formats run in one process (the error names it).
-NOT_SPLIT = {
-    "lerobot": "its episodes share Parquet files and MP4 videos",
+    # A data file each (files that continue an episode of the previous one together).
+    "lerobot": Splitter(_lerobot_units, _lerobot_read),
 }
 
 
@@ -473,13 +517,9 @@ def convert(
     from rlds_writer.store.writer import check_mode
 
     if source_format not in SPLITTERS:
-        if source_format in NOT_SPLIT:
-            raise ValueError(
-                f"--from {source_format} does not run as a Beam pipeline: "
-                f"{NOT_SPLIT[source_format]}; convert it without Beam options"
-            )
         raise ValueError(
-            f"unknown source format {source_format!r}; expected one of {list(SPLITTERS)}"
+            f"--from {source_format} does not run as a Beam pipeline (no entry in "
+            "rlds_writer.interop.beam_convert.SPLITTERS); convert it without Beam options"
         )
     mode = options.get("mode", "error")
     if mode == "append":

@@ -270,7 +270,6 @@ def test_cli_options_and_per_dimension_stats(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
-        (["--from", "lerobot", "--runner=DirectRunner"], "lerobot does not run as a Beam"),
         (["--from", "npz-dir", "--mode", "append", "--runner=DirectRunner"], "rlds-writer merge"),
         (["--from", "npz-dir", "--beam_pipeline_options", "=x"], "is not KEY=VALUE"),
     ],
@@ -393,6 +392,30 @@ def test_minari_episodes_split_into_work_items(tmp_path, monkeypatch):
     env.close()
     report = _same_run(tmp_path, "minari", "cartpole/beam-v0", max_episodes_per_file=2)
     assert report.episodes == 5
+
+
+def _split_lerobot_file(src, rows_in_first):
+    """Puts the frames of the one data file into two files, the first `rows_in_first` first."""
+    import pyarrow.parquet as pq
+
+    data = src / "data" / "chunk-000"
+    table = pq.read_table(data / "file-000.parquet")
+    pq.write_table(table.slice(0, rows_in_first), data / "file-000.parquet")
+    pq.write_table(table.slice(rows_in_first), data / "file-001.parquet")
+
+
+@pytest.mark.parametrize("rows_in_first", [3, 4], ids=["an_episode_a_file", "episode_1_spans"])
+def test_lerobot_data_files_split_into_work_items(tmp_path, rows_in_first):
+    """A work item per data file; files that continue an episode stay together."""
+    from hostile_sources import lerobot_dir
+
+    src = lerobot_dir(tmp_path / "lerobot")  # 2 episodes of 3 frames
+    _split_lerobot_file(src, rows_in_first)
+    units = beam_convert.SPLITTERS["lerobot"].units(str(src), {})
+    joined = [["chunk-000/file-000.parquet", "chunk-000/file-001.parquet"]]
+    assert units == ([[u] for u in joined[0]] if rows_in_first == 3 else joined)
+    report = _same_run(tmp_path, "lerobot", src, max_episodes_per_file=1)
+    assert (report.episodes, report.steps) == (2, 6)
 
 
 # ------------------------------------------------------------------- failures
