@@ -33,13 +33,13 @@ and nothing at DEST. `--mode overwrite` replaces a dataset at DEST once the
 new one is complete; `--mode append` is not offered (convert into a new
 directory, then `rlds-writer merge`).
 
-Which sources split (`SPLITTERS`): `npz-dir` (a work item per episode file
-or `.npy` directory), `hdf5-episodes` (per episode group), `rllib-episodes`
-(per Parquet file), `minari` (per 16 episodes, read by id). Not split:
-`d4rl-hdf5` (one flat table whose episode boundaries come from scanning its
-whole `terminals`/`timeouts` columns; it could split by row ranges once
-those are read, not done yet) and `lerobot` (episodes share Parquet files
-and MP4 videos across files; not done yet): those run in one process.
+Every source format splits (`SPLITTERS`): `npz-dir` (a work item per
+episode file or `.npy` directory), `hdf5-episodes` (per episode group),
+`rllib-episodes` (per Parquet file), `minari` (per 16 episodes, read by id),
+`d4rl-hdf5` (per 64 episodes: row ranges of the one flat table; each item
+reads the flag columns, a byte a row, to find them) and `lerobot` (per data
+file; files that continue an episode of the one before go together). A new
+format runs on Beam once it has an entry there.
 
 Workers import this module from their own install of rlds_writer (never
 the driver's `sys.path`): DirectRunner's processes share the driver's
