@@ -305,6 +305,7 @@ def _same_run(tmp_path, source_format, src, **options):
     return beam
 
 
+@pytest.mark.slow  # several seconds of Beam
 def test_d4rl_row_ranges_split_into_work_items(tmp_path, monkeypatch):
     _split_finely(monkeypatch, "d4rl-hdf5")
     rng = np.random.default_rng(6)
@@ -327,6 +328,7 @@ def test_d4rl_row_ranges_split_into_work_items(tmp_path, monkeypatch):
     assert report.episodes == 5
 
 
+@pytest.mark.slow  # several seconds of Beam
 def test_rllib_episode_files_split_into_work_items(tmp_path):
     gym = pytest.importorskip("gymnasium")
     pytest.importorskip("ray.rllib")
@@ -457,6 +459,7 @@ def test_a_failing_work_item_leaves_nothing_listed_and_the_old_dataset_whole(tmp
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.slow  # several seconds of Beam
 def test_a_killed_driver_leaves_no_dataset_and_a_rerun_succeeds(tmp_path):
     src = _write_npz(tmp_path / "npz", _episodes(24, seed=5))
     dest = tmp_path / "ds"
