@@ -205,6 +205,12 @@ def _group_names(f: Any, src: str, group: str, h5py: Any) -> list[str]:
     return names
 
 
+def _hdf5_episodes(
+    src: str, mapping: dict[str, str], group: str, max_inflation: float | None
+) -> Iterator[SourceEpisode]:
+    return read_hdf5_episodes(src, mapping, group, max_inflation)
+
+
 def read_hdf5_episodes(
     src: str,
     mapping: dict[str, str],
