@@ -457,6 +457,15 @@ def test_a_failing_work_item_leaves_nothing_listed_and_the_old_dataset_whole(tmp
     # Into a new directory: nothing at all.
     assert main([*argv[:4], str(tmp_path / "new"), *opts]) != 0
     assert not (tmp_path / "new").exists()
+    # Once the source is mended, the overwrite replaces every file of the old dataset.
+    (src / "episode_9.npz").unlink()
+    (dest / "notes.txt").write_text("not ours")  # left alone, as by the writer's overwrite
+    assert main([*argv, *opts]) == 0
+    (dest / "notes.txt").unlink()
+    rlds_writer.convert(
+        "npz-dir", src, tmp_path / "fresh", mapping=MAPPING, max_episodes_per_file=1
+    )
+    assert_same_dataset(dest, tmp_path / "fresh", per_file=1)
 
 
 @pytest.mark.slow  # several seconds of Beam
