@@ -233,6 +233,7 @@ def test_the_workers_ran_the_installed_copy_not_a_path_of_the_driver(multi_proce
 # ------------------------------------------------------------ in-process runner (quick)
 
 
+@pytest.mark.slow  # several seconds of Beam
 def test_hdf5_episode_groups_in_process_runner_match_one_process(tmp_path):
     src = _write_hdf5(tmp_path / "demos.hdf5", _episodes(7, seed=1))
     options = {"mapping": MAPPING, "max_episodes_per_file": 2, "name": "demos"}
@@ -434,6 +435,7 @@ def _bad_rows_episode(tmp_path, episodes):
     return bad
 
 
+@pytest.mark.slow  # several seconds of Beam
 def test_a_failing_work_item_leaves_nothing_listed_and_the_old_dataset_whole(tmp_path, capsys):
     """Shards of the good items are written, then one item fails: DEST never lists them."""
     episodes = _episodes(6, seed=4)
