@@ -59,6 +59,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlds_writer import errors
 from rlds_writer.interop import beam_steps as steps
 from rlds_writer.interop import episodes as ep
 from rlds_writer.interop.beam_sources import SPLITTERS, Splitter, read_src
@@ -178,6 +179,7 @@ def _write_with_pipeline(
         pipeline_options = pipeline_args
     else:
         pipeline_options = PipelineOptions(list(pipeline_args))
+    stale = staging.stale_partials(dest)
     with staging.staging_directory(dest) as work:
         with beam.Pipeline(options=pipeline_options) as pipeline:
             work_items = pipeline | "WorkItems" >> beam.Create(items)
@@ -203,6 +205,12 @@ def _write_with_pipeline(
         report = _finish(work, result, settings)
         _publish(work, dest, mode)
     report.destination = os.fspath(destination)
+    if stale:
+        report.notes.append(
+            f"{errors.counted(len(stale), 'unfinished conversion')} to this destination "
+            f"{'was' if len(stale) == 1 else 'were'} left by a killed run (or still running): "
+            f"{', '.join(str(p) for p in stale[:3])}; delete them once no conversion is running"
+        )
     return report
 
 

@@ -471,7 +471,7 @@ def test_a_failing_work_item_leaves_nothing_listed_and_the_old_dataset_whole(tmp
 
 
 @pytest.mark.slow  # several seconds of Beam
-def test_a_killed_driver_leaves_no_dataset_and_a_rerun_succeeds(tmp_path):
+def test_a_killed_driver_leaves_no_dataset_and_a_rerun_succeeds(tmp_path, capsys):
     src = _write_npz(tmp_path / "npz", _episodes(24, seed=5))
     dest = tmp_path / "ds"
     cmd = [
@@ -498,5 +498,7 @@ def test_a_killed_driver_leaves_no_dataset_and_a_rerun_succeeds(tmp_path):
         proc.wait()
     assert not (dest / "dataset_info.json").exists()
     assert not dest.exists()
-    assert main([*cmd[3:]]) == 0  # a stale staging directory is no obstacle
+    capsys.readouterr()
+    assert main([*cmd[3:]]) == 0  # a stale staging directory is no obstacle, and is named
+    assert "1 unfinished conversion to this destination" in capsys.readouterr().out
     assert len(load_episodes(dest)) == 24
