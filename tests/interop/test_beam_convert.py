@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("apache_beam")
 tfds = pytest.importorskip("tensorflow_datasets")
 
-from helpers_core import load_episodes  # noqa: E402
+from helpers_core import load_episodes, load_episodes_from_data_source  # noqa: E402
 
 import rlds_writer  # noqa: E402
 from rlds_writer.cli.main import main  # noqa: E402
@@ -82,7 +82,7 @@ def _listed_records(path):
         records = []
         for index, n in enumerate(lengths):
             file = path / template.filename(index, len(lengths))
-            got = list(shards.tfrecord_records(file))
+            got = list(shards.adapter(template.file_format).records(file))
             assert len(got) == n, file
             records.extend(got)
         out[split] = records
@@ -104,18 +104,20 @@ def assert_same_dataset(beam, single, per_file):
     assert lengths == [min(per_file, total - i) for i in range(0, total, per_file)]
     assert b_splits[0]["filepathTemplate"] == "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
     assert b_splits[0]["numBytes"] == s_splits[0]["numBytes"]
-    names = sorted(p.name for p in beam.iterdir() if ".tfrecord-" in p.name)
+    fmt = b_info.get("fileFormat", "tfrecord")
+    names = sorted(p.name for p in beam.iterdir() if f".{fmt}-" in p.name)
     n = len(lengths)
-    assert names == [f"{b_info['name']}-train.tfrecord-{i:05d}-of-{n:05d}" for i in range(n)]
-    assert sorted(p.name for p in beam.iterdir() if ".tfrecord-" not in p.name) == [
+    assert names == [f"{b_info['name']}-train.{fmt}-{i:05d}-of-{n:05d}" for i in range(n)]
+    assert sorted(p.name for p in beam.iterdir() if f".{fmt}-" not in p.name) == [
         "dataset_info.json",
         "features.json",
         "metadata.json",
     ]
     # Episode by episode, the same bytes: the same encoder, in the same order.
     assert _listed_records(beam) == _listed_records(single)
-    # And TFDS itself loads both to the same values.
-    got, want = load_episodes(beam), load_episodes(single)
+    # And TFDS itself loads both to the same values (array_record: as a data source).
+    load = load_episodes if fmt == "tfrecord" else load_episodes_from_data_source
+    got, want = load(beam), load(single)
     assert len(got) == len(want) == total
     for g, w in zip(got, want, strict=True):
         assert g.keys() == w.keys()
@@ -234,9 +236,13 @@ def test_the_workers_ran_the_installed_copy_not_a_path_of_the_driver(multi_proce
 
 
 @pytest.mark.slow  # several seconds of Beam
-def test_hdf5_episode_groups_in_process_runner_match_one_process(tmp_path):
+@pytest.mark.parametrize("file_format", ["tfrecord", "array_record"])
+def test_hdf5_episode_groups_in_process_runner_match_one_process(tmp_path, file_format):
+    if file_format == "array_record":
+        pytest.importorskip("array_record")
     src = _write_hdf5(tmp_path / "demos.hdf5", _episodes(7, seed=1))
     options = {"mapping": MAPPING, "max_episodes_per_file": 2, "name": "demos"}
+    options["file_format"] = file_format
     beam = beam_convert.convert("hdf5-episodes", src, tmp_path / "beam", IN_PROCESS, **options)
     single = rlds_writer.convert("hdf5-episodes", src, tmp_path / "single", **options)
     assert_same_dataset(tmp_path / "beam", tmp_path / "single", per_file=2)
