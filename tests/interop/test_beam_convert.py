@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -143,6 +144,14 @@ def _assert_nested_equal(got, want):
 def installed(tmp_path_factory):
     """This checkout installed as a package (pip), the only rlds_writer the workers see."""
     site = tmp_path_factory.mktemp("site")
+    # Built from a copy: a build in the checkout would leave build/ there.
+    copy = tmp_path_factory.mktemp("checkout")
+    for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
+        if (CHECKOUT / name).exists():
+            shutil.copy(CHECKOUT / name, copy / name)
+    shutil.copytree(
+        CHECKOUT / "rlds_writer", copy / "rlds_writer", ignore=shutil.ignore_patterns("__pycache__")
+    )
     proc = subprocess.run(
         [
             sys.executable,
@@ -154,7 +163,7 @@ def installed(tmp_path_factory):
             "--no-build-isolation",
             "--target",
             str(site),
-            str(CHECKOUT),
+            str(copy),
         ],
         capture_output=True,
         text=True,
