@@ -99,6 +99,7 @@ def convert(
     from rlds_writer import interop
     from rlds_writer.store.writer import check_mode
 
+    errors.import_optional("apache_beam", "converting with Apache Beam")  # before any work
     if source_format not in SPLITTERS:
         raise ValueError(
             f"--from {source_format} does not run as a Beam pipeline (no entry in "
@@ -146,7 +147,8 @@ def _write_with_pipeline(
     jpeg_quality: int,
 ) -> ep.ConversionReport:
     """`write_episodes` on a Beam runner (installed as `episodes.PIPELINE_WRITER`)."""
-    import apache_beam as beam
+    # Without Beam: one line naming the `beam` extra.
+    beam = errors.import_optional("apache_beam", "converting with Apache Beam")
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from rlds_writer.interop import staging

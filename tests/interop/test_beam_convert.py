@@ -517,3 +517,31 @@ def test_a_killed_driver_leaves_no_dataset_and_a_rerun_succeeds(tmp_path, capsys
     assert main([*cmd[3:]]) == 0  # a stale staging directory is no obstacle, and is named
     assert "1 unfinished conversion to this destination" in capsys.readouterr().out
     assert len(load_episodes(dest)) == 24
+
+
+_WITHOUT_BEAM = """
+import sys
+
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "apache_beam":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, Blocker())
+from rlds_writer.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_without_beam_the_options_are_one_line_naming_the_extra(tmp_path):
+    src = _write_npz(tmp_path / "npz", _episodes(2))
+    argv = ["convert", "--from", "npz-dir", str(src), str(tmp_path / "ds"), "--runner=DirectRunner"]
+    proc = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_BEAM, *argv], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "rlds-writer convert: error: running as a Beam pipeline needs apache_beam, which is not "
+        'installed: pip install "rlds_writer[beam]"'
+    ]
+    assert not (tmp_path / "ds").exists()
