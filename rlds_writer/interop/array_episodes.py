@@ -150,44 +150,85 @@ def _natural(name: str) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
 
-def _npz_episodes(
-    src: str, mapping: dict[str, str], max_inflation: float | None
-) -> Iterator[SourceEpisode]:
+def npz_entries(src: str) -> list[str]:
+    """The episode entries of an `npz-dir` source: `.npz` files and `.npy` directories, in order."""
     names = sorted(os.listdir(src), key=_natural)
     entries = [n for n in names if n.endswith(".npz") or os.path.isdir(os.path.join(src, n))]
     if not entries:
         raise SourceError(f"{src}: no .npz files or episode subdirectories of .npy files")
-    for name in entries:
-        path = os.path.join(src, name)
-        if os.path.islink(path):
-            raise SourceError(f"{path}: a symbolic link; episodes must be files in {src}")
-        if name.endswith(".npz"):
-            # Members are read when the mapping asks for them, headers checked first.
-            with NpzFile(path, max_inflation) as data:
-                yield source_episode(data.get, mapping, path)
-        else:
-            arrays = {}
-            for f in sorted(os.listdir(path)):
-                file = os.path.join(path, f)
-                if f.endswith(".npy"):
-                    if os.path.islink(file) or not os.path.isfile(file):
-                        raise SourceError(f"{file}: not a regular file; episodes must be files")
-                    arrays[f[: -len(".npy")]] = load_npy(file)
-            yield source_episode(arrays.get, mapping, path)
+    return entries
+
+
+def read_npz_entry(
+    src: str, name: str, mapping: dict[str, str], max_inflation: float | None
+) -> SourceEpisode:
+    """One episode of an `npz-dir` source: the entry `name` (from `npz_entries`)."""
+    path = os.path.join(src, name)
+    if os.path.islink(path):
+        raise SourceError(f"{path}: a symbolic link; episodes must be files in {src}")
+    if name.endswith(".npz"):
+        # Members are read when the mapping asks for them, headers checked first.
+        with NpzFile(path, max_inflation) as data:
+            return source_episode(data.get, mapping, path)
+    arrays = {}
+    for f in sorted(os.listdir(path)):
+        file = os.path.join(path, f)
+        if f.endswith(".npy"):
+            if os.path.islink(file) or not os.path.isfile(file):
+                raise SourceError(f"{file}: not a regular file; episodes must be files")
+            arrays[f[: -len(".npy")]] = load_npy(file)
+    return source_episode(arrays.get, mapping, path)
+
+
+def _npz_episodes(
+    src: str, mapping: dict[str, str], max_inflation: float | None
+) -> Iterator[SourceEpisode]:
+    for name in npz_entries(src):
+        yield read_npz_entry(src, name, mapping, max_inflation)
+
+
+def hdf5_episode_names(src: str, group: str = "data") -> list[str]:
+    """The episode groups of an `hdf5-episodes` source, in the order they are read."""
+    import h5py
+
+    with hdf5_source.open_file(src, _HDF5_EXPECTED) as f, source_errors(src):
+        return _group_names(f, src, group, h5py)
+
+
+def _group_names(f: Any, src: str, group: str, h5py: Any) -> list[str]:
+    parent = f.get(group)
+    if not isinstance(parent, h5py.Group):
+        raise SourceError(f"{src}: no group {group!r}; pass --episodes-group with the parent")
+    names = sorted((n for n in parent if isinstance(parent.get(n), h5py.Group)), key=_natural)
+    if not names:
+        raise SourceError(f"{src}: group {group!r} holds no episode groups")
+    return names
 
 
 def _hdf5_episodes(
     src: str, mapping: dict[str, str], group: str, max_inflation: float | None
 ) -> Iterator[SourceEpisode]:
+    return read_hdf5_episodes(src, mapping, group, max_inflation)
+
+
+def read_hdf5_episodes(
+    src: str,
+    mapping: dict[str, str],
+    group: str = "data",
+    max_inflation: float | None = None,
+    names: Sequence[str] | None = None,
+) -> Iterator[SourceEpisode]:
+    """The episodes of an `hdf5-episodes` source; only the groups `names` if given.
+
+    The arrays read may declare at most `max_inflation` times the file's size
+    per call (a Beam work item reading some groups has a budget of its own).
+    """
     import h5py
 
     with hdf5_source.open_file(src, _HDF5_EXPECTED) as f, source_errors(src):
-        parent = f.get(group)
-        if not isinstance(parent, h5py.Group):
-            raise SourceError(f"{src}: no group {group!r}; pass --episodes-group with the parent")
-        names = sorted((n for n in parent if isinstance(parent.get(n), h5py.Group)), key=_natural)
-        if not names:
-            raise SourceError(f"{src}: group {group!r} holds no episode groups")
+        if names is None:
+            names = _group_names(f, src, group, h5py)
+        parent = f[group]
         budget = Budget(src, max_inflation)
         for name in names:
             episode = parent[name]
@@ -251,7 +292,7 @@ def convert(
             raise SourceError(f"{src}: expected {_HDF5_EXPECTED}")
 
         def make() -> Iterator[SourceEpisode]:
-            return _hdf5_episodes(src, fields, episodes_group, max_inflation)
+            return read_hdf5_episodes(src, fields, episodes_group, max_inflation)
 
     else:
         raise ValueError(f"layout must be 'npz-dir' or 'hdf5-episodes', got {layout!r}")

@@ -34,7 +34,7 @@ Episode boundary rules (each one tested):
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -130,6 +130,7 @@ def read_episodes(
     drop_partial: bool = False,
     notes: list[str] | None = None,
     max_inflation: float | None = None,
+    select: Sequence[int] | None = None,
 ) -> Iterator[SourceEpisode]:
     """Yields the episodes of a D4RL-style HDF5 file (see the module doc).
 
@@ -139,6 +140,8 @@ def read_episodes(
       notes: if given, remarks about the file are appended to it.
       max_inflation: the datasets read may declare at most this many times the
         file's size (`source_limits`; default 100).
+      select: only the episodes of these indices (in file order; a Beam work
+        item reads some), default all.
 
     Raises:
       SourceError: if a required dataset is missing, lengths differ, the file
@@ -146,28 +149,7 @@ def read_episodes(
     """
     path = os.fspath(path)
     with hdf5_source.open_file(path, _EXPECTED) as f, source_errors(path):
-        flat = hdf5_source.walk(f, path).datasets
-        missing = [k for k in ("observations", "actions", "rewards", "terminals") if k not in flat]
-        if missing:
-            raise SourceError(
-                f"{path}: not a D4RL file, missing datasets {missing} (found {sorted(flat)[:8]})"
-            )
-        n = _rows(flat["rewards"])
-        if n is None:
-            raise SourceError(f"{path}: rewards is a scalar; expected one row per transition")
-        per_row = {
-            k: ds
-            for k, ds in flat.items()
-            if not k.startswith("metadata/") and _rows(ds) == n and k not in _CORE
-        }
-        skipped = sorted(
-            k for k in flat if k not in per_row and k not in _CORE and not k.startswith("metadata/")
-        )
-        core = {k: flat[k] for k in _CORE if k in flat}
-        _check_lengths(core, n, path)
-        budget = Budget(path, max_inflation)
-        for key, ds in {**core, **per_row}.items():
-            hdf5_source.take(budget, ds, key)
+        core, per_row, skipped, n = _columns(f, path, max_inflation)
         terminals = hdf5_source.read_all(core["terminals"], "terminals", path)
         timeouts = (
             hdf5_source.read_all(core["timeouts"], "timeouts", path) if "timeouts" in core else None
@@ -178,7 +160,10 @@ def read_episodes(
                 _notes(terminals, n, timeouts, skipped, drop_partial, "next_observations" in core)
             )
         has_next = "next_observations" in core
+        selected = None if select is None else set(select)
         for index, (start, stop, terminated) in enumerate(bounds):
+            if selected is not None and index not in selected:
+                continue
             rows = slice(start, stop)
             obs = core["observations"][rows]
             if has_next:
@@ -194,6 +179,49 @@ def read_episodes(
                 transition_metadata=_nest({k: ds[rows] for k, ds in per_row.items()}),
                 episode_metadata={"episode_index": np.int64(index), "first_row": np.int64(start)},
             )
+
+
+def count_episodes(
+    path: os.PathLike | str, drop_partial: bool = False, max_inflation: float | None = None
+) -> int:
+    """The number of episodes `read_episodes` yields (reads the flag columns only)."""
+    path = os.fspath(path)
+    with hdf5_source.open_file(path, _EXPECTED) as f, source_errors(path):
+        core, _, _, _ = _columns(f, path, max_inflation)
+        terminals = hdf5_source.read_all(core["terminals"], "terminals", path)
+        timeouts = (
+            hdf5_source.read_all(core["timeouts"], "timeouts", path) if "timeouts" in core else None
+        )
+        return len(episode_bounds(terminals, timeouts, drop_partial))
+
+
+def _columns(
+    f: Any, path: str, max_inflation: float | None
+) -> tuple[dict[str, Any], dict[str, Any], list[str], int]:
+    """The core and per-row datasets of an open D4RL file, checked against the budget."""
+    flat = hdf5_source.walk(f, path).datasets
+    missing = [k for k in ("observations", "actions", "rewards", "terminals") if k not in flat]
+    if missing:
+        raise SourceError(
+            f"{path}: not a D4RL file, missing datasets {missing} (found {sorted(flat)[:8]})"
+        )
+    n = _rows(flat["rewards"])
+    if n is None:
+        raise SourceError(f"{path}: rewards is a scalar; expected one row per transition")
+    per_row = {
+        k: ds
+        for k, ds in flat.items()
+        if not k.startswith("metadata/") and _rows(ds) == n and k not in _CORE
+    }
+    skipped = sorted(
+        k for k in flat if k not in per_row and k not in _CORE and not k.startswith("metadata/")
+    )
+    core = {k: flat[k] for k in _CORE if k in flat}
+    _check_lengths(core, n, path)
+    budget = Budget(path, max_inflation)
+    for key, ds in {**core, **per_row}.items():
+        hdf5_source.take(budget, ds, key)
+    return core, per_row, skipped, n
 
 
 def _notes(

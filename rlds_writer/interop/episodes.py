@@ -35,6 +35,7 @@ float32 (H, W, 1) depth images PNG `Image`s of that dtype.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import os
@@ -60,6 +61,13 @@ from rlds_writer.store.writer import DatasetWriter
 _log = logging.getLogger(__name__)
 
 Nest = Any  # an array or a dict of nests
+
+# Set by `interop.beam_convert` while a format's `convert` runs on a Beam
+# runner: the format names its dataset, metadata and options through
+# `write_episodes` as always, and this writes the episodes with a pipeline.
+PIPELINE_WRITER: contextvars.ContextVar[Callable[..., ConversionReport] | None] = (
+    contextvars.ContextVar("rlds_writer_pipeline_writer", default=None)
+)
 
 
 @dataclasses.dataclass
@@ -421,6 +429,22 @@ def write_episodes(
     from tqdm import tqdm
 
     check_image_encoding(image_encoding, jpeg_quality)
+    pipeline_writer = PIPELINE_WRITER.get()
+    if pipeline_writer is not None:
+        return pipeline_writer(
+            destination,
+            name=name,
+            source=source,
+            metadata=metadata,
+            split=split,
+            mode=mode,
+            file_format=file_format,
+            max_episodes_per_file=max_episodes_per_file,
+            version=version,
+            config_kwargs=config_kwargs,
+            image_encoding=image_encoding,
+            jpeg_quality=jpeg_quality,
+        )
     schema = infer_schema(
         tqdm(make_episodes(), desc="scan", unit="ep", disable=not progress, leave=False)
     )

@@ -123,13 +123,20 @@ def _parquet_rows(files: list[Path]) -> Iterator[dict[str, Any]]:
             yield from batch.to_pylist()
 
 
-def _episode_tables(root: Path) -> Iterator[Any]:
-    """The frames of each episode, as one Arrow table per episode, in data-file order."""
-    import pyarrow as pa
-
+def data_files(src: os.PathLike | str) -> list[str]:
+    """The data files of a LeRobot v3 dataset (`chunk-000/file-000.parquet`, ...), in order."""
+    root = _root(src)
     files = sorted((root / "data").glob("*/*.parquet"))
     if not files:
         raise FileNotFoundError(f"{root}: no data/chunk-*/file-*.parquet files")
+    return [f.relative_to(root / "data").as_posix() for f in files]
+
+
+def _episode_tables(root: Path, files: list[str] | None = None) -> Iterator[Any]:
+    """The frames of each episode, as one Arrow table per episode, in data-file order."""
+    import pyarrow as pa
+
+    files = [root / "data" / f for f in (data_files(root) if files is None else files)]
     pending: list[Any] = []
     current = None
     for file in files:
@@ -295,8 +302,17 @@ def _foreign(
     )
 
 
-def read_episodes(src: os.PathLike | str) -> Iterator[SourceEpisode]:
-    """Yields the episodes of a LeRobot v3 dataset, one at a time (see the module doc)."""
+def read_episodes(
+    src: os.PathLike | str, files: list[str] | None = None
+) -> Iterator[SourceEpisode]:
+    """Yields the episodes of a LeRobot v3 dataset, one at a time (see the module doc).
+
+    Args:
+      src: the dataset directory.
+      files: only the episodes of these data files (from `data_files`; a Beam
+        work item reads one), default all. LeRobot writes each episode into
+        one file; an episode split across these files is refused, naming it.
+    """
     root = _root(src)
     info = load_info(root)
     tasks = lerobot_meta.load_tasks(root)
@@ -307,7 +323,7 @@ def read_episodes(src: os.PathLike | str) -> Iterator[SourceEpisode]:
     videos = VideoFrames(root, info) if has_videos else None
     try:
         with source_errors(root):
-            yield from _episodes(root, info, tasks, mapping, metas, videos)
+            yield from _episodes(root, info, tasks, mapping, metas, videos, files)
     finally:
         if videos is not None:
             videos.close()
@@ -320,8 +336,9 @@ def _episodes(
     mapping: dict[str, Any] | None,
     metas: Iterator[dict[str, Any]],
     videos: VideoFrames | None,
+    files: list[str] | None = None,
 ) -> Iterator[SourceEpisode]:
-    for table in _episode_tables(root):
+    for table in _episode_tables(root, files):
         index = int(table.column("episode_index")[0].as_py())
         meta = lerobot_meta.meta_row(next(metas, None), root)
         while meta is not None and meta["episode_index"] < index:

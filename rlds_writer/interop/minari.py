@@ -38,7 +38,7 @@ chooses.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,14 +123,25 @@ def _attribute(value: Any) -> Any:
     return value if isinstance(value, str) else np.asarray(value)
 
 
-def read_episodes(src: os.PathLike | str) -> Iterator[SourceEpisode]:
+def episode_indices(src: os.PathLike | str) -> list[int]:
+    """The episode ids of a Minari dataset, in the order `read_episodes` reads them."""
+    return [int(i) for i in _open(resolve_data_path(src)).episode_indices]
+
+
+def read_episodes(
+    src: os.PathLike | str, indices: Sequence[int] | None = None
+) -> Iterator[SourceEpisode]:
     """Yields the episodes of a Minari dataset (see the module doc).
 
     Args:
       src: anything `resolve_data_path` accepts.
+      indices: only these episode ids (from `episode_indices`), in this order;
+        default all (a Beam work item reads a range of them).
     """
     dataset = _open(resolve_data_path(src))
-    indices = [int(i) for i in dataset.episode_indices]
+    if indices is None:
+        indices = [int(i) for i in dataset.episode_indices]
+    indices = [int(i) for i in indices]
     # Both are generators that read one episode at a time.
     episodes = dataset.storage.get_episodes(indices)
     metadatas = dataset.storage.get_episode_metadata(indices)

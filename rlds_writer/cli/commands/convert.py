@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from rlds_writer.cli.commands import _formats
+from rlds_writer.cli.commands import _beam, _formats
 from rlds_writer.interop import FORMATS
 
 
@@ -80,6 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _beam.add_options(p, "each source file or group of episodes is read and encoded by a worker")
     p.set_defaults(func=run)
 
 
@@ -109,7 +110,15 @@ def run(args: argparse.Namespace) -> int:
             options["episodes_group"] = args.episodes_group
     elif args.map:
         raise ValueError("--map applies to --from npz-dir and hdf5-episodes only")
-    report = converters.convert(args.source_format, args.src, args.dest, **options)
+    beam_args = _beam.pipeline_args(args)
+    if beam_args is not None:
+        from rlds_writer.interop import beam_convert
+
+        _beam.import_quietly()
+
+        report = beam_convert.convert(args.source_format, args.src, args.dest, beam_args, **options)
+    else:
+        report = converters.convert(args.source_format, args.src, args.dest, **options)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
