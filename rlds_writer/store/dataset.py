@@ -209,6 +209,14 @@ class Dataset:
         """The size in bytes of file `name` of the directory."""
         return self.storage.size(self.file(name))
 
+    def is_being_written(self) -> bool:
+        """Whether a live writer holds the directory (in object storage: its lock exists)."""
+        if self.is_local:
+            from rlds_writer.store import locking
+
+            return locking.is_locked(self.path)
+        return self.storage.exists(self.file(layout.LOCK))
+
     def writer(self) -> dict[str, Any] | None:
         """The live writer holding the directory (its lock file's content), or None."""
         if self.is_local:
