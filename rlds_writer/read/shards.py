@@ -46,8 +46,9 @@ class _ReadAhead:
 
     _WINDOW = 1 << 20
 
-    def __init__(self, source: Any):
+    def __init__(self, source: Any, limit: int):
         self.source = source
+        self.limit = limit  # never read ahead past this offset (the last record wanted)
         self._start = 0
         self._data = b""
 
@@ -57,8 +58,9 @@ class _ReadAhead:
             return self._data[offset - self._start : end - self._start]
         if n >= self._WINDOW:  # a large record: read it alone
             return self.source.read_at(offset, n)
+        window = max(n, min(self._WINDOW, self.limit - offset))
         self._start = offset
-        self._data = self.source.read_at(offset, self._WINDOW)
+        self._data = self.source.read_at(offset, window)
         return self._data[:n]
 
 
@@ -247,7 +249,11 @@ class TFRecordShard(_PerProcess):
         source = self.opener()  # its own handle: iterations do not share a position
         try:
             size = source.size
-            read_at = _ReadAhead(source).read_at
+            # Read ahead no further than the records asked for, when the index says where
+            # they end: one episode of a shard in object storage fetches that episode.
+            known = self._offsets
+            limit = int(known[stop]) if known is not None and stop < known.size else size
+            read_at = _ReadAhead(source, limit).read_at
             for i in range(start, stop):
                 data, nxt, problem = tfrecord.read_record(read_at, offset, size, self.verify)
                 if problem:

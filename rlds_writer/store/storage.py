@@ -15,10 +15,10 @@ import os
 import threading
 from typing import Any, Protocol
 
-# Object stores charge a round trip per request: reads are rounded up to
-# blocks this large, and at most this many blocks are kept per open file.
-BLOCK_SIZE = 1 << 20
-MAX_CACHED_BLOCKS = 16
+# Object stores charge a round trip per request: a read of an object fetches
+# at least this much, and each open object keeps at most this much cached.
+MIN_FETCH = 64 << 10
+MAX_CACHED_BYTES = 16 << 20
 
 
 def is_local(path: str | os.PathLike) -> bool:
@@ -64,55 +64,61 @@ class LocalRandomAccess:
 
 
 class CachedRandomAccess:
-    """A remote object read by ranges, through a bounded LRU cache of blocks.
+    """A remote object read by ranges, through a bounded cache of the ranges fetched.
 
-    Every `read_at` asks the store only for the blocks it does not hold; a
-    sequential walk costs one request per `BLOCK_SIZE` bytes, and memory stays
-    under `MAX_CACHED_BLOCKS * BLOCK_SIZE` whatever the object's size.
+    A read the cache does not cover asks the store for `[offset, offset +
+    max(n, MIN_FETCH))`: walking a shard's record headers costs one small
+    request per record (or none, when records are small enough to share one),
+    never the records themselves. Memory stays under `MAX_CACHED_BYTES`
+    whatever the object's size; reads larger than that are not cached.
+
+    Attributes:
+      bytes_fetched: bytes received from the store so far.
+      requests: range requests made so far.
     """
 
     def __init__(self, fs: Any, path: str, size: int | None = None):
         self.fs = fs
         self.path = path
         self.size = int(fs.size(path) if size is None else size)
-        self.block_size = BLOCK_SIZE
-        self._blocks: collections.OrderedDict[int, bytes] = collections.OrderedDict()
+        self._ranges: collections.OrderedDict[int, bytes] = collections.OrderedDict()
+        self._cached = 0
         self._lock = threading.Lock()
         self.bytes_fetched = 0
+        self.requests = 0
 
-    def _block(self, index: int) -> bytes:
+    def _fetch(self, start: int, end: int) -> bytes:
+        data = self.fs.cat_file(self.path, start=start, end=end)
         with self._lock:
-            block = self._blocks.get(index)
-            if block is not None:
-                self._blocks.move_to_end(index)
-                return block
-        start = index * self.block_size
-        end = min(self.size, start + self.block_size)
-        block = self.fs.cat_file(self.path, start=start, end=end)
-        with self._lock:
-            self.bytes_fetched += len(block)
-            self._blocks[index] = block
-            while len(self._blocks) > MAX_CACHED_BLOCKS:
-                self._blocks.popitem(last=False)
-        return block
+            self.bytes_fetched += len(data)
+            self.requests += 1
+        return data
 
     def read_at(self, offset: int, n: int) -> bytes:
         end = min(self.size, offset + n)
         if offset >= end:
             return b""
-        if end - offset > self.block_size * 2:
-            # A large record: one request for it, not cached (it would evict the rest).
-            data = self.fs.cat_file(self.path, start=offset, end=end)
-            self.bytes_fetched += len(data)
-            return data
-        first, last = offset // self.block_size, (end - 1) // self.block_size
-        parts = [self._block(i) for i in range(first, last + 1)]
-        joined = parts[0] if len(parts) == 1 else b"".join(parts)
-        start = offset - first * self.block_size
-        return joined[start : start + (end - offset)]
+        with self._lock:
+            for start, data in reversed(self._ranges.items()):
+                if start <= offset and end <= start + len(data):
+                    self._ranges.move_to_end(start)
+                    return data[offset - start : end - start]
+        if end - offset > MAX_CACHED_BYTES // 4:
+            return self._fetch(offset, end)  # a large read: not worth evicting the rest for
+        data = self._fetch(offset, min(self.size, offset + max(n, MIN_FETCH)))
+        with self._lock:
+            old = self._ranges.pop(offset, None)
+            self._cached += len(data) - (len(old) if old is not None else 0)
+            self._ranges[offset] = data
+            while self._cached > MAX_CACHED_BYTES and len(self._ranges) > 1:
+                _, dropped = self._ranges.popitem(last=False)
+                self._cached -= len(dropped)
+        return data[: end - offset]
 
     def close(self) -> None:
-        self._blocks.clear()
+        with self._lock:
+            self._ranges.clear()
+            self._cached = 0
 
     def __getstate__(self) -> dict:
         return {"fs": self.fs, "path": self.path, "size": self.size}
