@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -156,8 +155,3 @@ def upload(local: Path, url: str) -> None:
     for name in sorted(os.listdir(local)):
         if (local / name).is_file():
             fs.put_file(str(local / name), f"{url}/{name}")
-
-
-def local_copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst

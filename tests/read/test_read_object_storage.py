@@ -24,6 +24,8 @@ from rlds_writer.errors import IncompatibleDatasetError, NotADatasetError
 
 pytest.importorskip("s3fs")
 pytest.importorskip("gcsfs")
+# Each module starts two servers: out of the quick loop.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
