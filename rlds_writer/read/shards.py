@@ -300,7 +300,7 @@ class ArrayRecordShard(_PerProcess):
         opener: Callable[[], Any] | None = None,
     ):
         del verify, cache_path, skip, opener  # array_record checks its own chunk hashes
-        if not storage.is_local(path):
+        if not layout.is_local(path):
             raise UnsupportedFeatureError(
                 f"{path}: array_record shards are read from local files only (array_record's "
                 "reader opens paths); copy the dataset to a local directory first"

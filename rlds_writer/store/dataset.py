@@ -120,7 +120,7 @@ class Dataset:
           UnsupportedFeatureError: a feature kind or file format nobody reads.
         """
         text = os.fspath(path)
-        if not storage.is_local(text):
+        if not layout.is_local(text):
             text = text.rstrip("/")
         backend = storage.storage_for(text)
         require_dataset(text, backend)
@@ -191,14 +191,17 @@ class Dataset:
                 out.append(m["split"])
         return out
 
-    def open_file(self, name: str) -> storage.RandomAccess:
+    def open_file(self, name: str) -> Any:
         """Opens file `name` of the directory for range reads (never through a link).
+
+        Returns:
+          A `store.storage.RandomAccess` (`size`, `read_at(offset, n)`, `close`).
 
         Raises:
           IncompatibleDatasetError: the file is a symbolic link.
         """
         path = self.file(name)
-        if self.storage.islink(path):
+        if self.is_local and os.path.islink(path):  # object stores have no links
             raise IncompatibleDatasetError(
                 f"{path}: a symbolic link (to {os.readlink(path)!r}); rlds_writer never reads "
                 "a dataset's files through links. Replace it with the file itself"
