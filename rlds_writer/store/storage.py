@@ -52,9 +52,13 @@ _CONDITIONAL_CREATE = {
     "memory": "a check within one process",
 }
 _IOV_MAX = 1024
-# Remote random access: blocks this large, at most this many kept per open file.
+# Remote reads: sequential streams read this much at a time; random access
+# fetches at least REMOTE_MIN_FETCH per request and keeps at most
+# REMOTE_MAX_BLOCKS * REMOTE_BLOCK_SIZE bytes cached per open object.
 REMOTE_BLOCK_SIZE = 1 << 20
 REMOTE_MAX_BLOCKS = 32
+REMOTE_MIN_FETCH = 64 << 10
+_REMOTE_CACHE_BYTES = REMOTE_BLOCK_SIZE * REMOTE_MAX_BLOCKS
 __all__ = [
     "FsspecStorage",
     "LocalStorage",
@@ -553,38 +557,64 @@ def _import(module: str, feature: str, extra: str | None) -> Any:
 
 
 class RemoteRandomAccess:
-    """Range reads through a bounded block cache (never the whole object)."""
+    """Range reads through a bounded cache of the ranges fetched (never the whole object).
+
+    A read the cache does not hold asks the store for `[offset, offset +
+    max(n, REMOTE_MIN_FETCH))`: walking a shard's record headers costs one
+    small request per record (none when records are small enough to share
+    one), never the records between them, which aligned 1 MiB blocks would
+    fetch whole. At most `REMOTE_MAX_BLOCKS * REMOTE_BLOCK_SIZE` bytes stay
+    cached per open object; a read larger than a quarter of that is not cached.
+    """
 
     def __init__(self, storage: FsspecStorage, path: str):
         self.path = path
         self._lock = threading.Lock()
-        key = storage._key(path)
+        self._fs = storage.fs
+        self._key = storage._key(path)
         storage._invalidate(path)
-        self.size = int(storage.fs.size(key))
-        try:
-            self._f = storage.fs.open(
-                key,
-                "rb",
-                block_size=REMOTE_BLOCK_SIZE,
-                cache_type="blockcache",
-                cache_options={"maxblocks": REMOTE_MAX_BLOCKS},
-            )
-        except TypeError:  # a file system whose open takes no cache options
-            self._f = storage.fs.open(key, "rb")
+        self.size = int(storage.fs.size(self._key))
+        self._ranges: dict[int, bytes] = {}  # offset -> bytes, oldest first
+        self._cached = 0
+        self._requests = 0
+        self.bytes_fetched = 0
+
+    def _fetch(self, start: int, end: int) -> bytes:
+        data = bytes(self._fs.cat_file(self._key, start=start, end=end))
+        with self._lock:
+            self._requests += 1
+            self.bytes_fetched += len(data)
+        return data
 
     def read_at(self, offset: int, n: int) -> bytes:
+        end = min(self.size, offset + n)
+        if offset >= end:
+            return b""
         with self._lock:
-            self._f.seek(offset)
-            return bytes(self._f.read(n))
+            for start, data in reversed(self._ranges.items()):
+                if start <= offset and end <= start + len(data):
+                    self._ranges[start] = self._ranges.pop(start)  # most recent last
+                    return data[offset - start : end - start]
+        if end - offset > _REMOTE_CACHE_BYTES // 4:
+            return self._fetch(offset, end)
+        data = self._fetch(offset, min(self.size, offset + max(n, REMOTE_MIN_FETCH)))
+        with self._lock:
+            old = self._ranges.pop(offset, b"")
+            self._ranges[offset] = data
+            self._cached += len(data) - len(old)
+            while self._cached > _REMOTE_CACHE_BYTES and len(self._ranges) > 1:
+                self._cached -= len(self._ranges.pop(next(iter(self._ranges))))
+        return data[: end - offset]
 
     @property
     def blocks_fetched(self) -> int:
-        """How many blocks (`REMOTE_BLOCK_SIZE` bytes) were fetched from the store so far."""
-        cache = getattr(self._f, "cache", None)
-        return int(getattr(cache, "miss_count", 0))
+        """How many range requests were made to the store so far."""
+        return self._requests
 
     def close(self) -> None:
-        self._f.close()
+        with self._lock:
+            self._ranges.clear()
+            self._cached = 0
 
     def __enter__(self) -> RemoteRandomAccess:
         return self

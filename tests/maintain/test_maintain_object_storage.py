@@ -16,8 +16,8 @@ import sys
 
 import numpy as np
 import pytest
+from byte_relay import upload
 from object_store_data import EPISODES, write_camera_dataset
-from range_servers import object_store, upload
 
 import rlds_writer
 from rlds_writer.maintain import field_statistics, statistics
@@ -27,7 +27,7 @@ from rlds_writer.store.dataset import Dataset
 
 pytest.importorskip("s3fs")
 pytest.importorskip("gcsfs")
-# Each module starts two servers: out of the quick loop.
+# Servers, and a dataset uploaded for each test: out of the quick loop.
 pytestmark = pytest.mark.slow
 
 
@@ -36,16 +36,9 @@ def local(tmp_path_factory):
     return write_camera_dataset(tmp_path_factory.mktemp("local") / "cameras")
 
 
-@pytest.fixture(scope="module", params=["s3", "gs"])
-def store(request, tmp_path_factory):
-    with object_store(request.param, tmp_path_factory.mktemp(request.param)) as served:
-        yield served
-
-
-@pytest.fixture(scope="module")
-def remote(store, local):
-    bucket, _ = store
-    url = f"{bucket}/cameras"
+@pytest.fixture
+def remote(object_store, local):
+    url = object_store.path("cameras")
     upload(local, url)
     return url
 
@@ -61,8 +54,8 @@ def test_info_of_a_bucket_equals_info_of_the_directory(local, remote):
     assert _without_path(there, remote) == _without_path(info(local), local)
 
 
-def test_info_reports_damage_in_a_bucket_as_in_the_directory(local, store, tmp_path):
-    bucket, _ = store
+def test_info_reports_damage_in_a_bucket_as_in_the_directory(local, object_store, tmp_path):
+    bucket = object_store.url
     damaged = tmp_path / "damaged"
     shutil.copytree(local, damaged)
     shard = damaged / "rlds_dataset-train.tfrecord-00001"

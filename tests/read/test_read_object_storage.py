@@ -15,16 +15,16 @@ import sys
 
 import numpy as np
 import pytest
+from byte_relay import relay, upload
 from helpers_core import assert_same
 from object_store_data import EPISODES, PER_SHARD, write_camera_dataset
-from range_servers import object_store, upload
 
 import rlds_writer
 from rlds_writer.errors import IncompatibleDatasetError, NotADatasetError
 
 pytest.importorskip("s3fs")
 pytest.importorskip("gcsfs")
-# Each module starts two servers: out of the quick loop.
+# Servers, and a dataset uploaded for each test: out of the quick loop.
 pytestmark = pytest.mark.slow
 
 
@@ -33,18 +33,18 @@ def local(tmp_path_factory):
     return write_camera_dataset(tmp_path_factory.mktemp("local") / "cameras")
 
 
-@pytest.fixture(scope="module", params=["s3", "gs"])
-def store(request, tmp_path_factory):
-    with object_store(request.param, tmp_path_factory.mktemp(request.param)) as served:
-        yield served
+@pytest.fixture
+def counter(object_store, monkeypatch):
+    proxy = relay(object_store, monkeypatch)
+    yield proxy
+    proxy.close()
 
 
-@pytest.fixture(scope="module")
-def remote(store, local):
-    bucket, proxy = store
-    url = f"{bucket}/cameras"
+@pytest.fixture
+def remote(object_store, counter, local):
+    url = object_store.path("cameras")
     upload(local, url)
-    return url, proxy
+    return url, counter
 
 
 def test_every_episode_read_from_the_bucket_equals_the_local_read(local, remote):
@@ -111,8 +111,8 @@ def test_reading_a_bucket_does_not_load_tensorflow(remote):
     assert out.stdout.split() == [str(EPISODES * 8), "False"]
 
 
-def test_a_missing_dataset_in_a_bucket_is_not_a_dataset(store):
-    bucket, _ = store
+def test_a_missing_dataset_in_a_bucket_is_not_a_dataset(object_store):
+    bucket = object_store.url
     with pytest.raises(NotADatasetError, match="it has no dataset_info.json"):
         rlds_writer.open_dataset(f"{bucket}/no-such-dataset")
 
@@ -126,11 +126,11 @@ def test_a_missing_dataset_in_a_bucket_is_not_a_dataset(store):
     ],
 )
 def test_names_leading_outside_the_dataset_are_refused_in_a_bucket(
-    local, store, field, value, tmp_path
+    local, object_store, field, value, tmp_path
 ):
     import fsspec
 
-    bucket, _ = store
+    bucket = object_store.url
     info = json.loads((local / "dataset_info.json").read_text())
     if field == "name":
         info["splits"][0]["name"] = value
@@ -150,10 +150,10 @@ def test_names_leading_outside_the_dataset_are_refused_in_a_bucket(
     )
 
 
-def test_a_damaged_record_in_a_bucket_is_named_as_locally(local, store, tmp_path):
+def test_a_damaged_record_in_a_bucket_is_named_as_locally(local, object_store, tmp_path):
     import shutil
 
-    bucket, _ = store
+    bucket = object_store.url
     damaged = tmp_path / "damaged"
     shutil.copytree(local, damaged)
     shard = damaged / "rlds_dataset-train.tfrecord-00001"
