@@ -50,9 +50,11 @@ class CameraEnv(gym.Env):
         return self._obs(), float(self._t), self._t == STEPS - 1, False, {}
 
 
-def write_camera_dataset(path: Path) -> Path:
+def write_camera_dataset(path: Path, file_format: str = "tfrecord") -> Path:
     """Records `EPISODES` episodes of `CameraEnv` to `path`, `PER_SHARD` per shard file."""
-    env = rlds_writer.RecordRLDS(CameraEnv(), path, max_episodes_per_file=PER_SHARD)
+    env = rlds_writer.RecordRLDS(
+        CameraEnv(), path, max_episodes_per_file=PER_SHARD, file_format=file_format
+    )
     action = np.zeros(2, np.float32)
     for _ in range(EPISODES):
         env.reset()

@@ -98,12 +98,9 @@ def _scan_tfrecord(
 
 
 def _scan_array_record(dataset: Dataset, out: ShardScan, count_steps_of: int | None) -> None:
-    if not dataset.is_local:
-        raise OSError(
-            "array_record shards are read from local files only; copy the dataset to a "
-            "local directory first"
-        )
-    for index, record in enumerate(iter_shard_records(dataset.file(out.name), "array_record")):
+    # array_record's reader opens paths: a shard in object storage is copied (that shard only).
+    local = dataset.local_file(out.name)
+    for index, record in enumerate(iter_shard_records(local, "array_record")):
         out.found += 1
         if count_steps_of is not None and index < count_steps_of:
             out.steps = _add_steps(out.steps, record)

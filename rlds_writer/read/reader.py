@@ -195,7 +195,11 @@ class DatasetReader:
             cls = SHARD_READERS[self.file_format]
             skip = self.on_corrupt == "skip"
             name = self.dataset.splits[split].shard_name(index)
-            opener = functools.partial(self.dataset.open_file, name)
+            # Range reads, or, for a reader that opens paths, the local file (a cached
+            # copy of a remote shard).
+            opener = functools.partial(
+                self.dataset.local_file if cls.OPENS_PATHS else self.dataset.open_file, name
+            )
             shard = cls(
                 path, self._split_lengths[split][index], self.verify_checksums, cache, skip, opener
             )

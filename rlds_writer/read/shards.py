@@ -82,6 +82,7 @@ class TFRecordShard(_PerProcess):
     """
 
     _HANDLE = "_source"
+    OPENS_PATHS = False  # reads through `opener`'s RandomAccess
 
     def __init__(
         self,
@@ -286,7 +287,14 @@ class TFRecordShard(_PerProcess):
 
 
 class ArrayRecordShard(_PerProcess):
-    """One array_record shard: array_record's own reader gives random access."""
+    """One array_record shard: array_record's own reader gives random access.
+
+    Its reader opens a local path (`OPENS_PATHS`): for a shard in object
+    storage, `opener` gives a local copy of that one object
+    (`Dataset.local_file`), fetched again if the cache evicted it.
+    """
+
+    OPENS_PATHS = True
 
     _HANDLE = "_reader"
 
@@ -299,13 +307,15 @@ class ArrayRecordShard(_PerProcess):
         skip: bool = False,
         opener: Callable[[], Any] | None = None,
     ):
-        del verify, cache_path, skip, opener  # array_record checks its own chunk hashes
-        if not layout.is_local(path):
+        del verify, cache_path, skip  # array_record checks its own chunk hashes
+        if opener is None and not layout.is_local(path):
             raise UnsupportedFeatureError(
-                f"{path}: array_record shards are read from local files only (array_record's "
-                "reader opens paths); copy the dataset to a local directory first"
+                f"{path}: array_record's reader opens local files only; pass an opener that "
+                "gives a local copy (`Dataset.local_file`)"
             )
         self.path = path
+        # Returns the local file to open: the shard itself, or a (re)fetched cached copy.
+        self.local_path = opener or functools.partial(str, path)
         self.num_records = num_records
         self._reader: Any = None
         self._reader_pid = 0
@@ -334,7 +344,9 @@ class ArrayRecordShard(_PerProcess):
         with self._lock:
             if self._reader is None or self._reader_pid != os.getpid():
                 try:
-                    reader = self._open(self.path, "readahead_buffer_size:0,max_parallelism:0")
+                    reader = self._open(
+                        self.local_path(), "readahead_buffer_size:0,max_parallelism:0"
+                    )
                 except Exception as e:  # noqa: BLE001 - riegeli raises plain RuntimeErrors
                     raise CorruptArrayRecordError(self.path, i, str(e)) from e
                 self._check_count(reader)
@@ -349,7 +361,7 @@ class ArrayRecordShard(_PerProcess):
         if start >= stop:
             return
         try:
-            reader = self._open(self.path, "")
+            reader = self._open(self.local_path(), "")
         except Exception as e:  # noqa: BLE001
             if not skip:
                 raise CorruptArrayRecordError(self.path, start, str(e)) from e

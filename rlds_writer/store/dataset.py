@@ -208,6 +208,25 @@ class Dataset:
             )
         return self.storage.open_random(path)
 
+    def local_file(self, name: str) -> str:
+        """A local path holding file `name`, for readers that open paths (array_record).
+
+        A local dataset's own file (never through a link); for a dataset in
+        object storage, a copy of that one object in a bounded local cache
+        (`store.local_copies`, reused while the object is unchanged).
+
+        Raises:
+          IncompatibleDatasetError: the file is a symbolic link.
+        """
+        path = self.file(name)
+        if self.is_local:
+            if os.path.islink(path):
+                self.open_file(name)  # raises, naming the link
+            return path
+        from rlds_writer.store.local_copies import local_copy
+
+        return local_copy(self.storage, path)
+
     def size(self, name: str) -> int:
         """The size in bytes of file `name` of the directory."""
         return self.storage.size(self.file(name))

@@ -134,3 +134,19 @@ def test_the_cli_reads_a_bucket(local, remote, tmp_path):
     assert missing.returncode != 0
     assert "Traceback" not in missing.stderr
     assert "not an RLDS dataset directory" in missing.stderr
+
+
+def test_info_and_validate_read_array_record_shards_in_a_bucket(
+    object_store, tmp_path, tmp_path_factory, monkeypatch
+):
+    local = write_camera_dataset(tmp_path_factory.mktemp("ar") / "cameras", "array_record")
+    url = object_store.path("array-record")
+    upload(local, url)
+    monkeypatch.setenv("RLDS_WRITER_CACHE_DIR", str(tmp_path / "cache"))
+    there = info(url)
+    assert there["file_format"] == "array_record"
+    assert there["splits"]["train"]["steps"] == EPISODES * 8
+    assert _without_path(there, url) == _without_path(info(local), local)
+    checked = validate(url)
+    assert checked["ok"], checked["violations"]
+    assert checked["splits"] == {"train": {"episodes": EPISODES, "steps": EPISODES * 8}}

@@ -171,3 +171,24 @@ def test_a_damaged_record_in_a_bucket_is_named_as_locally(local, object_store, t
     skipped = rlds_writer.open_dataset(url, on_corrupt="skip").episodes("train")
     assert sum(1 for _ in skipped) == EPISODES - 1
     assert np.isfinite(skipped[0]["steps"]["reward"]).all()
+
+
+def test_array_record_shards_are_copied_one_at_a_time_into_a_bounded_cache(
+    object_store, tmp_path, tmp_path_factory, monkeypatch
+):
+    local = write_camera_dataset(tmp_path_factory.mktemp("ar") / "cameras", "array_record")
+    url = object_store.path("array-record")
+    upload(local, url)
+    cache = tmp_path / "cache"
+    shard = max(os.path.getsize(local / n) for n in os.listdir(local))
+    monkeypatch.setenv("RLDS_WRITER_CACHE_DIR", str(cache))
+    monkeypatch.setenv("RLDS_WRITER_CACHE_BYTES", str(int(shard * 1.5)))
+    there, here = rlds_writer.open_dataset(url), rlds_writer.open_dataset(local)
+    assert there.file_format == "array_record"
+    assert_same(there.episodes("train")[PER_SHARD + 1], here.episodes("train")[PER_SHARD + 1])
+    assert len(os.listdir(cache)) == 1  # the one shard read, not the dataset
+    for mine, theirs in zip(here.episodes("train"), there.episodes("train"), strict=True):
+        assert_same(theirs, mine)
+    # Three shards read, room for one and a half: the older copies were evicted.
+    assert len(os.listdir(cache)) == 1
+    assert sum(os.path.getsize(cache / n) for n in os.listdir(cache)) <= shard * 1.5
