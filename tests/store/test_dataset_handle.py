@@ -94,3 +94,14 @@ def test_a_symlinked_shard_is_never_read_through(catch, tmp_path):
     with pytest.raises(IncompatibleDatasetError, match="symbolic link"):
         list(rlds_writer.open_dataset(dataset).episodes("train"))
     assert any("unreadable" in p for p in info(dataset)["problems"])
+
+
+def test_recover_takes_the_handle(catch, tmp_path):
+    from rlds_writer.maintain.recover import recover
+
+    copy = tmp_path / "ds"
+    shutil.copytree(catch, copy)
+    listing = (copy / "dataset_info.json").read_text()
+    report = recover(Dataset.open(copy), dry_run=True)
+    assert report.summary() == recover(copy, dry_run=True).summary()
+    assert (copy / "dataset_info.json").read_text() == listing
