@@ -35,7 +35,7 @@ from rlds_writer.interop import EXPORT_FORMATS
 from rlds_writer.read.nest import map_tree
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.read.transitions import CUT_SHORT_MODES, episode_end
-from rlds_writer.store.locate import require_dataset
+from rlds_writer.store.dataset import Dataset
 
 # The targets (`export --to`) are listed with the sources in `rlds_writer.interop`.
 FORMATS = EXPORT_FORMATS
@@ -128,18 +128,18 @@ def new_output_directory(dest: os.PathLike | str, episodes_per_file: int | None 
     return directory
 
 
-def open_source(src: os.PathLike | str, split: str) -> Any:
+def open_source(src: Dataset | os.PathLike | str, split: str) -> Any:
     """Opens an RLDS dataset for export and checks that `split` exists.
 
     Raises:
       NotADatasetError: `src` is not a dataset.
       ValueError: for an unknown split.
     """
-    require_dataset(src)
     reader = open_dataset(src)
     if split not in reader.splits:
         raise ValueError(
-            f"{src}: no split {split!r}; the dataset has {sorted(reader.splits)} (pass --split)"
+            f"{reader.path}: no split {split!r}; the dataset has {sorted(reader.splits)} "
+            "(pass --split)"
         )
     return reader
 

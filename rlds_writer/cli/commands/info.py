@@ -14,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "steps, bytes, shards, the features as a tree, metadata.json, and anything "
         "`recover` would fix.",
     )
-    p.add_argument("path", help="dataset directory")
+    p.add_argument("path", help="dataset directory (local, or s3://, gs://, ...)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument(
         "--no-steps",

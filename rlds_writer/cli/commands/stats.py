@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "terminated vs truncated episodes, and for every numeric step-metadata field the "
         "mean/std/min/max across episodes of its per-episode mean.",
     )
-    p.add_argument("path", help="dataset directory")
+    p.add_argument("path", help="dataset directory (local, or s3://, gs://, ...)")
     p.add_argument(
         "--split", action="append", help="split to read (repeatable; default: every split)"
     )
@@ -67,8 +67,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _per_dimension(args: argparse.Namespace) -> int:
     from rlds_writer.maintain import field_statistics
+    from rlds_writer.store.dataset import Dataset
 
-    splits = args.split or list(_splits(args.path))
+    dataset = Dataset.open(args.path)  # opened once for every split
+    splits = args.split or list(dataset.splits)
     beam_args = _beam.pipeline_args(args)
     if beam_args is not None:
         from rlds_writer.maintain import beam_statistics
@@ -80,15 +82,9 @@ def _per_dimension(args: argparse.Namespace) -> int:
             for split in splits
         }
     else:
-        out = {split: field_statistics.dataset_statistics(args.path, split) for split in splits}
+        out = {split: field_statistics.dataset_statistics(dataset, split) for split in splits}
     if args.json:
         print(json.dumps(out if len(out) > 1 else out[splits[0]], indent=2))
     else:
         print("\n".join(field_statistics.format_field_statistics(s) for s in out.values()))
     return 0
-
-
-def _splits(path: str) -> list[str]:
-    from rlds_writer.read.reader import open_dataset
-
-    return list(open_dataset(path).splits)
