@@ -85,7 +85,7 @@ def test_a_moved_name_says_where_it_is_and_is_there():
         with pytest.raises(AttributeError, match=rf"has no attribute '{name}'; it is {place}$"):
             getattr(rlds_writer, name)
         assert not isinstance(_resolve(place), types.ModuleType), place
-    assert rlds_writer.maintain.validate.__module__ == "rlds_writer.maintain.inspection"
+    assert rlds_writer.maintain.validate.__module__ == "rlds_writer.maintain.validation"
     assert rlds_writer.errors.SpecError.__name__ == "SpecError"
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'$"):
         rlds_writer.no_such_name  # noqa: B018

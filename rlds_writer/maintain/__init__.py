@@ -22,8 +22,8 @@ from rlds_writer._exports import lazy_exports
 lazy_exports(
     globals(),
     {
-        "info": ("rlds_writer.maintain.inspection", "info"),
-        "validate": ("rlds_writer.maintain.inspection", "validate"),
+        "info": ("rlds_writer.maintain.summary", "info"),
+        "validate": ("rlds_writer.maintain.validation", "validate"),
         "RecoveryReport": ("rlds_writer.maintain.recover", "RecoveryReport"),
         "compute_statistics": ("rlds_writer.maintain.statistics", "compute_statistics"),
         "plot_statistics": ("rlds_writer.maintain.statistics", "plot_statistics"),

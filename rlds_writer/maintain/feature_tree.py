@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlds_writer.store.features import STEPS, walk_features_json
+
 
 def _shape(tensor: dict[str, Any]) -> list[Any]:
     dims = tensor.get("shape", {}).get("dimensions", [])
@@ -11,14 +13,13 @@ def _shape(tensor: dict[str, Any]) -> list[Any]:
 
 
 def _describe_feature(node: dict[str, Any]) -> dict[str, Any]:
-    """Turns one node of features.json into a small tree of plain dicts."""
+    """Describes one leaf of features.json (a nested `Sequence` is described whole)."""
     cls = node.get("pythonClassName", "").rsplit(".", 1)[-1]
     if "featuresDict" in node:
+        inner = node["featuresDict"].get("features", {})
         return {
             "type": "FeaturesDict",
-            "features": {
-                k: _describe_feature(v) for k, v in node["featuresDict"]["features"].items()
-            },
+            "features": {k: _describe_feature(v) for k, v in inner.items()},
         }
     if "sequence" in node:
         seq = node["sequence"]
@@ -47,9 +48,40 @@ def _describe_feature(node: dict[str, Any]) -> dict[str, Any]:
     return {"type": cls or "unknown"}
 
 
+def _dict_node() -> dict[str, Any]:
+    return {"type": "FeaturesDict", "features": {}}
+
+
 def features_tree(features_json: dict[str, Any]) -> dict[str, Any]:
-    """Returns features.json as a nested dict of `{"type", "dtype", "shape", ...}` nodes."""
-    return _describe_feature(features_json)
+    """Returns features.json as a nested dict of `{"type", "dtype", "shape", ...}` nodes.
+
+    The leaves come from the one walk over feature specs
+    (`store.features.walk_features_json`, which also checks the file's shape);
+    the dicts around them and the `steps` sequence are rebuilt from their paths.
+    """
+    root = _dict_node()
+    top = features_json["featuresDict"].get("features", {})
+    for name in top:  # the features' own order, though the walk yields steps first
+        root["features"][name] = None
+    for node in walk_features_json(features_json):
+        parent, rest = root, node.path
+        if node.in_steps:
+            steps = root["features"][STEPS]
+            if steps is None:
+                cls = top[STEPS].get("pythonClassName", "").rsplit(".", 1)[-1]
+                steps = {"type": cls or "Dataset", "feature": _dict_node()}
+                root["features"][STEPS] = steps
+            parent, rest = steps["feature"], node.path[1:]
+        if not rest:
+            continue  # an empty per-step FeaturesDict: the dict is already there
+        for name in rest[:-1]:
+            child = parent["features"].get(name)
+            if child is None:
+                child = parent["features"][name] = _dict_node()
+            parent = child
+        leaf = _dict_node() if node.empty_dict else _describe_feature(node.spec)
+        parent["features"][rest[-1]] = leaf
+    return root
 
 
 def render_features(tree: dict[str, Any], indent: str = "") -> list[str]:

@@ -22,7 +22,8 @@ from object_store_data import EPISODES, write_camera_dataset
 import rlds_writer
 from rlds_writer.maintain import field_statistics, statistics
 from rlds_writer.maintain.episode_video import render_episode
-from rlds_writer.maintain.inspection import info, validate
+from rlds_writer.maintain.summary import info
+from rlds_writer.maintain.validation import validate
 from rlds_writer.store.dataset import Dataset
 
 pytest.importorskip("s3fs")

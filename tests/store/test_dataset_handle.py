@@ -11,7 +11,7 @@ from helpers_core import assert_same
 import rlds_writer
 from rlds_writer.errors import IncompatibleDatasetError, NotADatasetError
 from rlds_writer.maintain import field_statistics, statistics
-from rlds_writer.maintain.info import info
+from rlds_writer.maintain.summary import info
 from rlds_writer.store.dataset import Dataset, open_handle
 
 

@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlds_writer.maintain.inspection import info, render_info
+    from rlds_writer.maintain.summary import info, render_info
 
     summary = info(args.path, count_steps=not args.no_steps)
     if args.json:

@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rlds_writer.errors import counted
-    from rlds_writer.maintain.inspection import describe_violation, validate
+    from rlds_writer.maintain.validation import describe_violation, validate
 
     result = validate(args.path, splits=args.split, max_violations=args.max_violations)
     if args.json:
