@@ -98,7 +98,7 @@ _EXPORTS = {
     "export_rllib": ("rlds_writer.interop.export", "export_rllib"),
     "export_hf": ("rlds_writer.interop.export", "export_hf"),
     "export_d3rlpy": ("rlds_writer.interop.export", "export_d3rlpy"),
-    "to_d3rlpy": ("rlds_writer.interop.export_d3rlpy", "to_d3rlpy"),
+    "to_d3rlpy": ("rlds_writer.interop.formats.d3rlpy.exporter", "to_d3rlpy"),
     "export_lerobot": ("rlds_writer.interop.export", "export_lerobot"),
     "open_dataset": ("rlds_writer.read.reader", "open_dataset"),
     "DatasetReader": ("rlds_writer.read.reader", "DatasetReader"),

@@ -19,7 +19,7 @@ tfds = pytest.importorskip("tensorflow_datasets")
 h5py = pytest.importorskip("h5py")
 
 from rlds_writer import cli  # noqa: E402
-from rlds_writer.interop import d4rl  # noqa: E402
+from rlds_writer.interop.formats.d4rl import importer as d4rl  # noqa: E402
 
 
 def _load(path, split="train"):
@@ -336,7 +336,7 @@ def test_rllib_column_format_is_refused_clearly(tmp_path):
 
     src = tmp_path / "cols.parquet"
     pq.write_table(pa.table({"obs": [1.0], "actions": [0], "eps_id": ["a"]}), src)
-    from rlds_writer.interop import rllib_episodes
+    from rlds_writer.interop.formats.rllib import importer as rllib_episodes
 
     with pytest.raises(NotImplementedError, match="output_write_episodes=False"):
         rllib_episodes.convert(src, tmp_path / "out")
@@ -350,7 +350,7 @@ def test_rllib_training_run_output_converts(tmp_path):
     import ray
     from ray.rllib.algorithms.ppo import PPOConfig
 
-    from rlds_writer.interop import rllib_episodes
+    from rlds_writer.interop.formats.rllib import importer as rllib_episodes
 
     out = tmp_path / "rllib_out"
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)

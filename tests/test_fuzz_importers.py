@@ -55,7 +55,10 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from rlds_writer.errors import RLDSWriterError
-from rlds_writer.interop import array_episodes, d4rl, hdf5_source, lerobot
+from rlds_writer.interop import hdf5_source
+from rlds_writer.interop.formats.arrays import importer as array_episodes
+from rlds_writer.interop.formats.d4rl import importer as d4rl
+from rlds_writer.interop.formats.lerobot import importer as lerobot
 from rlds_writer.interop.episodes import infer_schema
 from rlds_writer.interop.source_limits import Budget
 
@@ -393,7 +396,8 @@ import json, random, sys, tracemalloc
 from pathlib import Path
 from hostile_sources import d4rl_file
 from rlds_writer.errors import RLDSWriterError
-from rlds_writer.interop import array_episodes, d4rl
+from rlds_writer.interop.formats.arrays import importer as array_episodes
+from rlds_writer.interop.formats.d4rl import importer as d4rl
 from rlds_writer.interop.episodes import infer_schema
 
 tmp, count = Path(sys.argv[1]), int(sys.argv[2])

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import SpecError
-from rlds_writer.interop import lerobot_layout as layout
-from rlds_writer.interop import lerobot_stats as stats_lib
+from rlds_writer.interop.formats.lerobot import layout
+from rlds_writer.interop.formats.lerobot import stats as stats_lib
 from rlds_writer.interop.export import (
     ExportReport,
     check_cut_short,
@@ -48,7 +48,7 @@ from rlds_writer.interop.export import (
     source_episodes,
     value_at,
 )
-from rlds_writer.interop.lerobot_video import VideoStreams, eligible, meta_types
+from rlds_writer.interop.formats.lerobot.video import VideoStreams, eligible, meta_types
 from rlds_writer.read.decode import flatten
 from rlds_writer.store import names
 from rlds_writer.store.layout import jsonable
