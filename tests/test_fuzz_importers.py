@@ -56,10 +56,10 @@ from hypothesis import strategies as st
 
 from rlds_writer.errors import RLDSWriterError
 from rlds_writer.interop import hdf5_source
+from rlds_writer.interop.episodes import infer_schema
 from rlds_writer.interop.formats.arrays import importer as array_episodes
 from rlds_writer.interop.formats.d4rl import importer as d4rl
 from rlds_writer.interop.formats.lerobot import importer as lerobot
-from rlds_writer.interop.episodes import infer_schema
 from rlds_writer.interop.source_limits import Budget
 
 FUZZ = fuzz_settings(100)

@@ -36,8 +36,6 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import SpecError
-from rlds_writer.interop.formats.lerobot import layout
-from rlds_writer.interop.formats.lerobot import stats as stats_lib
 from rlds_writer.interop.export import (
     ExportReport,
     check_cut_short,
@@ -48,6 +46,8 @@ from rlds_writer.interop.export import (
     source_episodes,
     value_at,
 )
+from rlds_writer.interop.formats.lerobot import layout
+from rlds_writer.interop.formats.lerobot import stats as stats_lib
 from rlds_writer.interop.formats.lerobot.video import VideoStreams, eligible, meta_types
 from rlds_writer.read.decode import flatten
 from rlds_writer.store import names

@@ -44,10 +44,10 @@ from rlds_writer.errors import (
     SpecError,
     UnsupportedFeatureError,
 )
-from rlds_writer.interop.formats.lerobot import layout
-from rlds_writer.interop.formats.lerobot import meta as lerobot_meta
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
 from rlds_writer.interop.export import default_discount
+from rlds_writer.interop.formats.lerobot import layout
+from rlds_writer.interop.formats.lerobot import meta as lerobot_meta
 from rlds_writer.interop.formats.lerobot.video import VideoFrames
 from rlds_writer.interop.source_limits import check_parquet, source_errors
 from rlds_writer.store import names

@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import SourceError, counted
-from rlds_writer.interop.formats.rllib import state as rllib_state
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
+from rlds_writer.interop.formats.rllib import state as rllib_state
 from rlds_writer.store.layout import jsonable
 
 
