@@ -46,7 +46,8 @@ from rlds_writer.errors import (
 )
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
 from rlds_writer.interop.export import default_discount
-from rlds_writer.interop.formats.lerobot import columns, layout
+from rlds_writer.interop.formats.lerobot import columns as columns_lib
+from rlds_writer.interop.formats.lerobot import layout
 from rlds_writer.interop.formats.lerobot import meta as lerobot_meta
 from rlds_writer.interop.formats.lerobot.video import VideoFrames
 from rlds_writer.interop.source_limits import check_parquet, source_errors
@@ -175,13 +176,13 @@ def _nest(tree: dict[str, Any], path: tuple[str, ...], value: Any, where: str) -
     tree[path[-1]] = value
 
 
-def _final_value(column: columns.Column, cell: Any) -> Any:
+def _final_value(column: columns_lib.Column, cell: Any) -> Any:
     if cell is None and column.kind != "string":
         raise SpecError(
             f"meta/episodes: no value for {'/'.join(column.path)} (a column is missing)"
         )
     if column.kind == "image":
-        return columns.decode_png(cell)
+        return columns_lib.decode_png(cell)
     if column.kind == "string":
         return "" if cell is None else cell
     return np.asarray(cell, dtype=column.dtype).reshape(column.shape)
@@ -191,7 +192,7 @@ def _ours(
     table: Any, meta: dict[str, Any], mapping: dict, tasks: dict[int, str], videos: Any
 ) -> SourceEpisode:
     """An episode written by our exporter, with its final step."""
-    columns = [columns.Column.from_json(c) for c in mapping["columns"]]
+    columns = [columns_lib.Column.from_json(c) for c in mapping["columns"]]
     frames = set(mapping["frame_columns"])
     steps: dict[str, Any] = {}
     task_index = table.column("task_index").to_numpy()
@@ -199,7 +200,7 @@ def _ours(
     for column in columns:
         final = _final_value(column, meta.get(layout.FINAL_PREFIX + column.key))
         if column.key in frames:
-            values = columns.column_values(
+            values = columns_lib.column_values(
                 column.kind, column.dtype, column.shape, table.column(column.key)
             )
         elif column.key in mapping.get("video_columns", ()):
@@ -216,7 +217,9 @@ def _ours(
     done = table.column(layout.DONE).to_numpy(zero_copy_only=False)
     episode_metadata: dict[str, Any] = {}
     for field in mapping.get("episode_fields", []):
-        column = columns.Column("", tuple(field["path"]), _dtype(field), tuple(field["shape"]), "")
+        column = columns_lib.Column(
+            "", tuple(field["path"]), _dtype(field), tuple(field["shape"]), ""
+        )
         column.kind = field["kind"]
         cell = meta.get(layout.EPISODE_PREFIX + "/".join(field["path"]))
         _nest(episode_metadata, column.path, _final_value(column, cell), "/".join(column.path))
@@ -260,7 +263,7 @@ def _foreign(
         dtype = np.dtype({"string": object, "image": np.uint8}.get(kind, feature["dtype"]))
         if kind == "numeric" and shape == (1,):
             shape = ()
-        values = columns.column_values(kind, dtype, shape, table.column(key))
+        values = columns_lib.column_values(kind, dtype, shape, table.column(key))
         if key == "next.reward":
             path: tuple[str, ...] = ("reward",)
         else:
