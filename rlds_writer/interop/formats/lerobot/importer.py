@@ -1,6 +1,6 @@
 """LeRobot datasets (codebase_version "v3.0") to RLDS.
 
-Reads the layout described in `rlds_writer.interop.lerobot_layout` with
+Reads the layout described in `layout.py` (columns: `columns.py`) with
 pyarrow alone (no LeRobot, no torch): `meta/info.json`, `meta/tasks.parquet`,
 the `meta/episodes` files and the `data` files, streaming one episode at a
 time (episodes are contiguous in the data files, in `episode_index` order).
@@ -23,7 +23,7 @@ time (episodes are contiguous in the data files, in `episode_index` order).
   `frame_index`, `index`, `episode_index` and `task_index` are dropped
   (`episode_index` is kept as episode metadata).
 * Video features (MP4 cameras) are decoded with PyAV
-  (`rlds_writer.interop.lerobot_video.VideoFrames`), each file once, in order,
+  (`video.VideoFrames`), each file once, in order,
   and become uint8 (H, W, 3) arrays (PNG `Image`s in the RLDS dataset); the
   frames are what the lossy video holds, not the pixels that were encoded.
 """

@@ -11,7 +11,7 @@ infos (`T + 1`), `extra_model_outputs` (`T` each: action logits, log-probs,
 ...), `is_terminated`, `is_truncated`, `id_`, `t_started`, the spaces and
 `custom_data`.
 
-Episodes are read one at a time and decoded as data (`rllib_state`): msgpack
+Episodes are read one at a time and decoded as data (`state.py`): msgpack
 with an object hook that builds only numeric, bool and string arrays (no
 pickle: msgpack-numpy unpickles object arrays, and a crafted file would run
 code), and the state's buffers read directly, not through
