@@ -14,11 +14,11 @@ ways), `lerobot` (both ways), `npz-dir` and `hdf5-episodes` (in, package
 `arrays`), `hf` and `d3rlpy` (out).
 
 What the formats share stays here: `episodes` (source episodes → RLDS
-alignment → `DatasetWriter`), `export` (the export dispatch, the streaming
-source, the report), `staging` (complete-or-absent exports), `export_spaces`
-and `space_text` (spaces as data), and the untrusted-source readers
-`source_limits`, `hdf5_source` and `npy_source`. `package_sources` is what
-the TFDS builders of `builders/` run.
+alignment → `DatasetWriter`) with `source_schema` (their merged schema),
+`export` (the export dispatch, the streaming source, the report), `staging`
+(complete-or-absent exports), `export_spaces` and `space_text` (spaces as
+data), and the untrusted-source readers `source_limits`, `hdf5_source` and
+`npy_source`. `package_sources` is what the TFDS builders of `builders/` run.
 
 May import: `rlds_writer.errors`, `store`, `record`, `read`. Never `maintain`
 or `cli`.
