@@ -97,10 +97,7 @@ class Format:
 
     def function(self) -> Callable[..., Any]:
         """Imports and returns the format's function."""
-        if callable(self.code):
-            return self.code
-        module, _, name = self.code.partition(":")
-        return getattr(importlib.import_module(module), name)
+        return _load(self.code)
 
     def run(self, *args: Any, **options: Any) -> Any:
         """Calls the format's function with `args`, `options`.
@@ -159,6 +156,7 @@ class Exporter(Format):
 
 
 def _load(code: str | Callable[..., Any]) -> Callable[..., Any]:
+    """The function `code` names ("module:function"), imported; a callable as it is."""
     if callable(code):
         return code
     module, _, name = code.partition(":")
