@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -25,9 +25,6 @@ from rlds_writer.record.config import (
     image_feature,
     is_image,
 )
-
-if TYPE_CHECKING:
-    from rlds_writer.interop.episodes import SourceEpisode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +91,8 @@ class Schema:
     tree: dict[str, Any] = dataclasses.field(default_factory=dict)
     num_episodes: int = 0
 
-    def add(self, episode: SourceEpisode) -> None:
+    def add(self, episode: Any) -> None:
+        """Merges one `episodes.SourceEpisode` (not imported: episodes imports this module)."""
         where = f"episode {self.num_episodes}"
         _merge(self.tree, {"observation": episode.observations}, "steps", True, where)
         _merge(self.tree, {"action": episode.actions}, "steps", True, where)
@@ -113,8 +111,8 @@ class Schema:
         self.num_episodes += 1
 
 
-def infer_schema(episodes: Iterable[SourceEpisode]) -> Schema:
-    """Walks every episode and merges the dtype and shape of every leaf.
+def infer_schema(episodes: Iterable[Any]) -> Schema:
+    """Walks every `SourceEpisode` and merges the dtype and shape of every leaf.
 
     Raises:
       SpecError: if a leaf changes dtype or shape between episodes, naming it.
