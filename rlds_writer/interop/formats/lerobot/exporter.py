@@ -130,13 +130,17 @@ def export(
             files.close()
             if not report.episodes:
                 raise ValueError(f"{src}: no episode to export (split {split!r})")
-            info = {
-                "robot_type": robot_type,
-                "chunks_size": chunks_size,
-                "data_files_size_in_mb": data_files_size_in_mb,
-                "fps": fps,
-            }
-            _write_meta(directory, reader, mapping, files, report, info)
+            _write_meta(
+                directory,
+                reader,
+                mapping,
+                files,
+                report,
+                fps=fps,
+                robot_type=robot_type,
+                chunks_size=chunks_size,
+                data_files_size_in_mb=data_files_size_in_mb,
+            )
         except BaseException:
             files.close()
             if created:
@@ -168,7 +172,11 @@ def _write_meta(
     mapping: export_plan.Plan,
     files: EpisodeFiles,
     report: ExportReport,
-    info: dict[str, Any],
+    *,
+    fps: int,
+    robot_type: str | None,
+    chunks_size: int,
+    data_files_size_in_mb: float,
 ) -> None:
     """Writes meta/tasks.parquet, info.json, stats.json and our meta/rlds_writer.json."""
     import pandas as pd
@@ -185,14 +193,14 @@ def _write_meta(
         features[key] = {**features[key], "dtype": "video", "info": files.video_info(key)}
     info = {
         "codebase_version": layout.CODEBASE_VERSION,
-        "robot_type": info["robot_type"],
+        "robot_type": robot_type,
         "total_episodes": report.episodes,
         "total_frames": report.transitions,
         "total_tasks": len(tasks),
-        "chunks_size": info["chunks_size"],
-        "data_files_size_in_mb": info["data_files_size_in_mb"],
+        "chunks_size": chunks_size,
+        "data_files_size_in_mb": data_files_size_in_mb,
         "video_files_size_in_mb": layout.VIDEO_FILE_SIZE_MB,
-        "fps": info["fps"],
+        "fps": fps,
         "splits": {"train": f"0:{report.episodes}"},
         "data_path": layout.DATA_PATH,
         "video_path": layout.VIDEO_PATH if mapping.cameras else None,
