@@ -21,6 +21,26 @@ EXPORT_FORMATS: dict[str, Exporter] = {}
 
 _BUILTIN_PACKAGE = "rlds_writer.interop.formats"
 
+# The flags `rlds-writer convert`/`export` give every format (cli/commands/):
+# no format option may take one (tests/interop/test_format_plugins.py keeps
+# this list equal to the parsers').
+COMMON_FLAGS = {
+    "convert": (
+        "-h",
+        "--help",
+        "--from",
+        "--name",
+        "--split",
+        "--version",
+        "--format",
+        "--max-episodes-per-file",
+        "--mode",
+        "--json",
+        "--no-progress",
+    ),
+    "export": ("-h", "--help", "--to", "--split", "--cut-short", "--json", "--no-progress"),
+}
+
 
 def _table(fmt: Format) -> dict[str, Format]:
     if isinstance(fmt, Importer):
@@ -41,10 +61,17 @@ def register(*formats: Format, replace: bool = False) -> None:
       replace: replace a format of the same name and direction (else an error).
 
     Raises:
-      ValueError: a name already taken, or a flag declared differently.
+      ValueError: a name already taken, a flag declared differently, or one of
+        the flags every format takes (`COMMON_FLAGS`).
     """
     for fmt in formats:
         table = _table(fmt)
+        for option in fmt.options:
+            if option.cli_flag in COMMON_FLAGS[fmt.direction]:
+                raise ValueError(
+                    f"{fmt.name}: option {option.cli_flag} is one every {fmt.direction} format "
+                    "takes; give it another name or flag"
+                )
         if fmt.name in table and not replace:
             raise ValueError(
                 f"{fmt.direction} format {fmt.name!r} is already registered "

@@ -9,6 +9,7 @@ line: JSON lines → RLDS (loaded back with TFDS) → JSON lines.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 import rlds_writer
-from rlds_writer.cli.main import main
+from rlds_writer.cli.main import build_parser, main
 from rlds_writer.interop import (
     EXPORT_FORMATS,
     FORMATS,
@@ -25,6 +26,7 @@ from rlds_writer.interop import (
     Importer,
     Option,
     register,
+    registry,
     unregister,
 )
 from rlds_writer.interop.episodes import SourceEpisode, write_episodes
@@ -183,7 +185,19 @@ def test_a_name_or_flag_taken_is_refused_at_registration(tiny_format):
     clash = Option("reward_scale", "the same flag parsed differently", type=int)
     with pytest.raises(ValueError, match="--reward-scale is declared differently"):
         register(Importer("other-jsonl", convert_jsonl, "other", "a directory", options=(clash,)))
-    assert "other-jsonl" not in FORMATS
+    common = Option("split", "a flag every export already has")
+    with pytest.raises(ValueError, match="--split is one every export format takes"):
+        register(Exporter("other-jsonl", export_jsonl, "other", "a directory", options=(common,)))
+    assert "other-jsonl" not in FORMATS and "other-jsonl" not in EXPORT_FORMATS
+
+
+def test_the_flags_every_format_takes_are_the_parsers_own():
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for direction in ("convert", "export"):
+        flags = {f for a in commands.choices[direction]._actions for f in a.option_strings}
+        options = {o.cli_flag for o, _ in registry.options_of(direction)}
+        assert flags - options == set(registry.COMMON_FLAGS[direction]), direction
 
 
 def test_unregistered_it_is_gone(capsys):
