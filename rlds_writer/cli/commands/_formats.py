@@ -80,7 +80,7 @@ def format_options(args: argparse.Namespace, fmt: Any) -> dict[str, Any]:
 
 
 def _dest(flag: str) -> str:
-    # Kept apart from the common options' names (a format may call its keyword `split`).
+    # Apart from the common options' attributes (a format's keyword may be `name`).
     return "format_option_" + flag.lstrip("-").replace("-", "_")
 
 
