@@ -343,31 +343,29 @@ def test_rllib_column_format_is_refused_clearly(tmp_path):
 
 
 @pytest.mark.slow
-def test_rllib_training_run_output_converts(tmp_path):
-    """A real (tiny) PPO run writes episodes with offline_data(output=...)."""
+def test_rllib_training_run_output_converts(tmp_path, ray_session):
+    """A real (tiny) PPO run writes episodes with offline_data(output=...).
+
+    On the session's Ray (`ray_session`): a second `ray.init` in one process fails.
+    """
     pytest.importorskip("ray.rllib")
     pytest.importorskip("msgpack_numpy")
-    import ray
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from rlds_writer.interop.formats.rllib import importer as rllib_episodes
 
     out = tmp_path / "rllib_out"
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
-        config = (
-            PPOConfig()
-            .environment("CartPole-v1")
-            .env_runners(num_env_runners=0, batch_mode="complete_episodes")
-            .training(train_batch_size_per_learner=64, minibatch_size=32, num_epochs=1)
-            .offline_data(output=str(out))
-            .debugging(seed=0)
-        )
-        algo = config.build_algo()
-        algo.train()
-        algo.stop()
-    finally:
-        ray.shutdown()
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0, batch_mode="complete_episodes")
+        .training(train_batch_size_per_learner=64, minibatch_size=32, num_epochs=1)
+        .offline_data(output=str(out))
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    algo.train()
+    algo.stop()
     states = list(rllib_episodes.iter_states(out))
     assert states
     dest = tmp_path / "rlds"
