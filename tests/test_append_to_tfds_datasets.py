@@ -26,8 +26,8 @@ from tensorflow_datasets.rlds import rlds_base
 
 import rlds_writer
 from rlds_writer.envs.catch import Catch
-from rlds_writer.maintain.tfds_episodes import decoded_episodes
 from rlds_writer.maintain.shard_walk import iter_shard_records
+from rlds_writer.maintain.tfds_episodes import decoded_episodes
 from rlds_writer.store import layout
 from rlds_writer.store import writer as writer_module
 

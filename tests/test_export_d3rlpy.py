@@ -309,7 +309,7 @@ def test_existing_destination_and_foreign_options_are_one_line_errors(tmp_path, 
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0], err
     assert cli.main(["export", "--to", "hf", str(tmp_path / "rlds"), "x", "--compression", "gzip"])
-    assert "--compression and --channels-first apply" in capsys.readouterr().err
+    assert "--compression applies to --to d3rlpy only" in capsys.readouterr().err
 
 
 def test_compressed_export_holds_the_same_arrays(tmp_path):

@@ -35,7 +35,7 @@ class Splitter:
 
 
 def _npz_units(src: str, options: Mapping[str, Any]) -> list[str]:
-    from rlds_writer.interop import array_episodes
+    from rlds_writer.interop.formats.arrays import importer as array_episodes
 
     return array_episodes.npz_entries(src)
 
@@ -43,7 +43,7 @@ def _npz_units(src: str, options: Mapping[str, Any]) -> list[str]:
 def _npz_read(
     src: str, units: Sequence[str], options: Mapping[str, Any]
 ) -> Iterator[ep.SourceEpisode]:
-    from rlds_writer.interop import array_episodes
+    from rlds_writer.interop.formats.arrays import importer as array_episodes
 
     mapping = array_episodes.parse_mapping(options.get("mapping"))
     for name in units:
@@ -51,7 +51,7 @@ def _npz_read(
 
 
 def _hdf5_units(src: str, options: Mapping[str, Any]) -> list[str]:
-    from rlds_writer.interop import array_episodes
+    from rlds_writer.interop.formats.arrays import importer as array_episodes
 
     return array_episodes.hdf5_episode_names(src, options.get("episodes_group") or "data")
 
@@ -59,7 +59,7 @@ def _hdf5_units(src: str, options: Mapping[str, Any]) -> list[str]:
 def _hdf5_read(
     src: str, units: Sequence[str], options: Mapping[str, Any]
 ) -> Iterator[ep.SourceEpisode]:
-    from rlds_writer.interop import array_episodes
+    from rlds_writer.interop.formats.arrays import importer as array_episodes
 
     yield from array_episodes.read_hdf5_episodes(
         src,
@@ -71,7 +71,7 @@ def _hdf5_read(
 
 
 def _rllib_units(src: str, options: Mapping[str, Any]) -> list[str]:
-    from rlds_writer.interop import rllib_episodes
+    from rlds_writer.interop.formats.rllib import importer as rllib_episodes
 
     return [os.fspath(f) for f in rllib_episodes.parquet_files(src)]
 
@@ -79,14 +79,14 @@ def _rllib_units(src: str, options: Mapping[str, Any]) -> list[str]:
 def _rllib_read(
     src: str, units: Sequence[str], options: Mapping[str, Any]
 ) -> Iterator[ep.SourceEpisode]:
-    from rlds_writer.interop import rllib_episodes
+    from rlds_writer.interop.formats.rllib import importer as rllib_episodes
 
     for file in units:
         yield from rllib_episodes.read_episodes(file)
 
 
 def _d4rl_units(src: str, options: Mapping[str, Any]) -> list[int]:
-    from rlds_writer.interop import d4rl
+    from rlds_writer.interop.formats.d4rl import importer as d4rl
 
     count = d4rl.count_episodes(
         src, options.get("drop_partial", False), options.get("max_inflation")
@@ -97,7 +97,7 @@ def _d4rl_units(src: str, options: Mapping[str, Any]) -> list[int]:
 def _d4rl_read(
     src: str, units: Sequence[int], options: Mapping[str, Any]
 ) -> Iterator[ep.SourceEpisode]:
-    from rlds_writer.interop import d4rl
+    from rlds_writer.interop.formats.d4rl import importer as d4rl
 
     yield from d4rl.read_episodes(
         src,
@@ -109,7 +109,7 @@ def _d4rl_read(
 
 def _lerobot_units(src: str, options: Mapping[str, Any]) -> list[list[str]]:
     """Data files, those that share an episode grouped (LeRobot itself never splits one)."""
-    from rlds_writer.interop import lerobot
+    from rlds_writer.interop.formats.lerobot import importer as lerobot
 
     units: list[list[str]] = []
     last = None
@@ -149,13 +149,13 @@ def _first_and_last_episode(file: Path) -> tuple[int | None, int | None]:
 def _lerobot_read(
     src: str, units: Sequence[list[str]], options: Mapping[str, Any]
 ) -> Iterator[ep.SourceEpisode]:
-    from rlds_writer.interop import lerobot
+    from rlds_writer.interop.formats.lerobot import importer as lerobot
 
     yield from lerobot.read_episodes(src, files=[f for unit in units for f in unit])
 
 
 def _minari_units(src: str, options: Mapping[str, Any]) -> list[int]:
-    from rlds_writer.interop import minari
+    from rlds_writer.interop.formats.minari import importer as minari
 
     return minari.episode_indices(src)
 
@@ -163,7 +163,7 @@ def _minari_units(src: str, options: Mapping[str, Any]) -> list[int]:
 def _minari_read(
     src: str, units: Sequence[int], options: Mapping[str, Any]
 ) -> Iterator[ep.SourceEpisode]:
-    from rlds_writer.interop import minari
+    from rlds_writer.interop.formats.minari import importer as minari
 
     yield from minari.read_episodes(src, indices=list(units))
 
@@ -185,7 +185,7 @@ SPLITTERS = {
 def read_src(source_format: str, src: os.PathLike | str) -> str:
     """The path workers read: a local Minari id becomes its dataset directory."""
     if source_format == "minari":
-        from rlds_writer.interop import minari
+        from rlds_writer.interop.formats.minari import importer as minari
 
         return os.fspath(minari.resolve_data_path(src).resolve())
     return os.fspath(Path(os.fspath(src)).resolve())

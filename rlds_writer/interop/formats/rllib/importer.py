@@ -11,7 +11,7 @@ infos (`T + 1`), `extra_model_outputs` (`T` each: action logits, log-probs,
 ...), `is_terminated`, `is_truncated`, `id_`, `t_started`, the spaces and
 `custom_data`.
 
-Episodes are read one at a time and decoded as data (`rllib_state`): msgpack
+Episodes are read one at a time and decoded as data (`state.py`): msgpack
 with an object hook that builds only numeric, bool and string arrays (no
 pickle: msgpack-numpy unpickles object arrays, and a crafted file would run
 code), and the state's buffers read directly, not through
@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import SourceError, counted
-from rlds_writer.interop import rllib_state
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
+from rlds_writer.interop.formats.rllib import state as rllib_state
 from rlds_writer.store.layout import jsonable
 
 

@@ -54,7 +54,7 @@ from rlds_writer.interop.export import (
     text,
 )
 from rlds_writer.interop.export_spaces import env_spec, export_spaces
-from rlds_writer.interop.staging import minari_namespace
+from rlds_writer.interop.formats.minari.staging import minari_namespace
 from rlds_writer.read.nest import map_tree
 from rlds_writer.store.layout import jsonable
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.interop.lerobot_layout import QUANTILES
+from rlds_writer.interop.formats.lerobot.layout import QUANTILES
 
 MAX_IMAGE_FRAMES = 100
 

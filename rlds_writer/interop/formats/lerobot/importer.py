@@ -1,6 +1,6 @@
 """LeRobot datasets (codebase_version "v3.0") to RLDS.
 
-Reads the layout described in `rlds_writer.interop.lerobot_layout` with
+Reads the layout described in `layout.py` (columns: `columns.py`) with
 pyarrow alone (no LeRobot, no torch): `meta/info.json`, `meta/tasks.parquet`,
 the `meta/episodes` files and the `data` files, streaming one episode at a
 time (episodes are contiguous in the data files, in `episode_index` order).
@@ -23,7 +23,7 @@ time (episodes are contiguous in the data files, in `episode_index` order).
   `frame_index`, `index`, `episode_index` and `task_index` are dropped
   (`episode_index` is kept as episode metadata).
 * Video features (MP4 cameras) are decoded with PyAV
-  (`rlds_writer.interop.lerobot_video.VideoFrames`), each file once, in order,
+  (`video.VideoFrames`), each file once, in order,
   and become uint8 (H, W, 3) arrays (PNG `Image`s in the RLDS dataset); the
   frames are what the lossy video holds, not the pixels that were encoded.
 """
@@ -44,11 +44,12 @@ from rlds_writer.errors import (
     SpecError,
     UnsupportedFeatureError,
 )
-from rlds_writer.interop import lerobot_layout as layout
-from rlds_writer.interop import lerobot_meta
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
 from rlds_writer.interop.export import default_discount
-from rlds_writer.interop.lerobot_video import VideoFrames
+from rlds_writer.interop.formats.lerobot import columns as columns_lib
+from rlds_writer.interop.formats.lerobot import layout
+from rlds_writer.interop.formats.lerobot import meta as lerobot_meta
+from rlds_writer.interop.formats.lerobot.video import VideoFrames
 from rlds_writer.interop.source_limits import check_parquet, source_errors
 from rlds_writer.store import names
 
@@ -182,13 +183,13 @@ def _nest(tree: dict[str, Any], path: tuple[str, ...], value: Any, where: str) -
     tree[path[-1]] = value
 
 
-def _final_value(column: layout.Column, cell: Any) -> Any:
+def _final_value(column: columns_lib.Column, cell: Any) -> Any:
     if cell is None and column.kind != "string":
         raise SpecError(
             f"meta/episodes: no value for {'/'.join(column.path)} (a column is missing)"
         )
     if column.kind == "image":
-        return layout.decode_png(cell)
+        return columns_lib.decode_png(cell)
     if column.kind == "string":
         return "" if cell is None else cell
     return np.asarray(cell, dtype=column.dtype).reshape(column.shape)
@@ -198,7 +199,7 @@ def _ours(
     table: Any, meta: dict[str, Any], mapping: dict, tasks: dict[int, str], videos: Any
 ) -> SourceEpisode:
     """An episode written by our exporter, with its final step."""
-    columns = [layout.Column.from_json(c) for c in mapping["columns"]]
+    columns = [columns_lib.Column.from_json(c) for c in mapping["columns"]]
     frames = set(mapping["frame_columns"])
     steps: dict[str, Any] = {}
     task_index = table.column("task_index").to_numpy()
@@ -206,7 +207,7 @@ def _ours(
     for column in columns:
         final = _final_value(column, meta.get(layout.FINAL_PREFIX + column.key))
         if column.key in frames:
-            values = layout.column_values(
+            values = columns_lib.column_values(
                 column.kind, column.dtype, column.shape, table.column(column.key)
             )
         elif column.key in mapping.get("video_columns", ()):
@@ -223,7 +224,9 @@ def _ours(
     done = table.column(layout.DONE).to_numpy(zero_copy_only=False)
     episode_metadata: dict[str, Any] = {}
     for field in mapping.get("episode_fields", []):
-        column = layout.Column("", tuple(field["path"]), _dtype(field), tuple(field["shape"]), "")
+        column = columns_lib.Column(
+            "", tuple(field["path"]), _dtype(field), tuple(field["shape"]), ""
+        )
         column.kind = field["kind"]
         cell = meta.get(layout.EPISODE_PREFIX + "/".join(field["path"]))
         _nest(episode_metadata, column.path, _final_value(column, cell), "/".join(column.path))
@@ -267,7 +270,7 @@ def _foreign(
         dtype = np.dtype({"string": object, "image": np.uint8}.get(kind, feature["dtype"]))
         if kind == "numeric" and shape == (1,):
             shape = ()
-        values = layout.column_values(kind, dtype, shape, table.column(key))
+        values = columns_lib.column_values(kind, dtype, shape, table.column(key))
         if key == "next.reward":
             path: tuple[str, ...] = ("reward",)
         else:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import SpecError, import_optional
-from rlds_writer.interop import lerobot_layout as layout
+from rlds_writer.interop.formats.lerobot import layout
 
 CODECS = ("h264", "libsvtav1")
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import SourceError, SpecError
-from rlds_writer.interop import lerobot_layout as layout
+from rlds_writer.interop.formats.lerobot import layout
 from rlds_writer.interop.source_limits import check_parquet, source_errors
 
 
