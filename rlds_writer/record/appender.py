@@ -18,9 +18,9 @@ discount, step metadata):
 
 It pays: `benchmarks/step_paths.py` (the same recording with the checked
 closures as the buffer's `add`, interleaved) measures the env thread's CPU per
-Catch step (float32 (10, 5) observation) 1.10-1.20x higher without it, and 1.05x
-on a step with a dict observation and step metadata (benchmarks/REPORT.md,
-"Per-step speed tricks").
+Catch step (float32 (10, 5) observation) 1.02-1.20x higher without it, and
+1.06-1.17x on a step with a dict observation and step metadata, in three runs
+(benchmarks/REPORT.md, "Per-step speed tricks").
 
 For a Catch-like layout (int64 action, float32 reward and discount, float32
 (10, 5) observation) the generated source reads::
