@@ -171,3 +171,21 @@ def test_processes_that_died_while_idle_are_not_reused(tmp_path, monkeypatch):
     assert len(fresh) == 2 and not set(fresh) & set(dead)
     second.close()
     assert len(load_episodes(tmp_path / "second")) == 2
+
+
+def test_a_forked_child_never_takes_its_parents_processes(tmp_path, monkeypatch):
+    monkeypatch.setattr(encoding, "START_WORKERS_BEHIND_SECONDS", 0.0)
+    env = _recorder(tmp_path / "ds")
+    _run_episodes(env, 1, seed=0)
+    env.close()
+    workers = _worker_pids(os.getpid())
+    assert len(workers) == 2
+    pid = os.fork()
+    if pid == 0:  # the child: its parent's idle pool is not its own, not even listed
+        os._exit(0 if not image_processes._idle and image_processes.take_started(2) is None else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert _worker_pids(os.getpid()) == workers  # the parent's are still there, idle
+    pool = image_processes.take_started(2)
+    assert pool is not None
+    pool.close()
