@@ -227,6 +227,7 @@ class ImageProcessPool:
         self._next_task = 0
         self._next_batch = 0
         self._selector: selectors.BaseSelector | None = None
+        self._wants_shared = False
 
     def _start(self) -> None:
         try:
@@ -235,6 +236,9 @@ class ImageProcessPool:
         except OSError as e:
             self.close()
             raise WorkersLost(f"image-encoding processes could not start ({e})") from e
+        # From now on image columns put their frames where the workers read them.
+        shared_frames.want()
+        self._wants_shared = True
         self._selector = selectors.DefaultSelector()
         for worker in self._pool:
             self._selector.register(worker.results, selectors.EVENT_READ, worker)
@@ -257,6 +261,9 @@ class ImageProcessPool:
     def close(self) -> None:
         """Stops the workers; batches not yet collected are lost (`wait` raises)."""
         pool, self._pool = self._pool, []
+        if self._wants_shared:
+            self._wants_shared = False
+            shared_frames.unwant()
         if self._selector is not None:
             self._selector.close()
             self._selector = None
