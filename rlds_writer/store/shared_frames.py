@@ -78,7 +78,11 @@ class Arena:
         arr = np.frombuffer(view, dtype, count).reshape(shape)
         key = id(view)
         self._slices[key] = (weakref.ref(view), offset, arr.ctypes.data)
-        weakref.finalize(view, self._release, key, offset, length)
+        release = weakref.finalize(view, self._release, key, offset, length)
+        # Not at exit: `finalize`'s exit hook runs before the recorder's, which
+        # still encodes the open episodes from these slices (the file goes
+        # with the process anyway).
+        release.atexit = False
         return arr
 
     def _release(self, key: int, offset: int, length: int) -> None:
