@@ -24,6 +24,14 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(autouse=True)
+def _no_idle_pool():
+    """No test finds processes another one left idle, or leaves any."""
+    image_processes.shutdown()
+    yield
+    image_processes.shutdown()
+
+
 def _recorder(path, image_workers: int = 2) -> RecordRLDS:
     return RecordRLDS(_Cameras(), str(path), image_encoding="png", image_workers=image_workers)
 
@@ -71,6 +79,7 @@ def test_a_writer_behind_on_costly_frames_starts_the_workers_and_keeps_the_bytes
     _run_episodes(env, 2)  # after the workers are up: encoded there
     env.close()
     assert len(submitted) == 2
+    image_processes.shutdown()  # close kept them for the next recording
     assert _worker_pids(os.getpid()) == []
     reference = _recorder(tmp_path / "alone", image_workers=0)
     _run_episodes(reference, 7, seed=0)
@@ -96,6 +105,10 @@ def test_closing_while_the_workers_start_leaves_no_process_behind(tmp_path, monk
     _fall_behind(env)
     env.close()  # at once: the start may still be under way
     assert encoder._starter is None
+    for thread in threading.enumerate():  # a start under way leaves its processes idle
+        if thread.name == "rlds_writer_start_workers":
+            thread.join(timeout=60)
+    image_processes.shutdown()
     assert _worker_pids(os.getpid()) == []
     assert len(load_episodes(tmp_path / "ds")) == 5
 
