@@ -410,7 +410,7 @@ def test_the_writer_hands_the_queued_episode_to_the_workers_before_writing_the_c
     env = RecordRLDS(_Cameras(), str(path), image_encoding="png", image_workers=2)
     _run_episodes(env, 1, seed=0)
     env.flush()  # the workers are started
-    writer = env._recording.writer.writer
+    writer = env._recording.recorder.writer
     pool = writer.encoder._processes
     events = []
     submit, wait = pool.submit, pool.wait

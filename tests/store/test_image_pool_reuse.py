@@ -53,7 +53,7 @@ def test_a_second_recording_encodes_in_the_processes_of_the_first(tmp_path, monk
     assert len(workers) == 2
     first.close()
     second = _recorder(tmp_path / "second")
-    encoder = second._recording.writer.writer.encoder
+    encoder = second._recording.recorder.writer.encoder
     assert encoder._processes.started  # taken, running, before any episode
     submitted = _submissions(encoder)
     _run_episodes(second, 2, seed=0)
@@ -81,10 +81,10 @@ def test_a_recording_behind_takes_idle_processes_at_once_instead_of_starting_its
     monkeypatch.setattr(encoding, "START_WORKERS_BEHIND_SECONDS", 1e9)
     monkeypatch.setattr(encoding, "START_WORKERS_FRAME_SECONDS", 0.0)
     second = _recorder(tmp_path / "second")
-    encoder = second._recording.writer.writer.encoder
+    encoder = second._recording.recorder.writer.encoder
     _run_episodes(second, 1, seed=0)
     second.flush()
-    writer = second._recording.writer.writer
+    writer = second._recording.recorder.writer
     with writer._io_lock:  # the writer waits: the next episodes queue up behind it
         _run_episodes(second, 3)
     second.flush()
@@ -107,10 +107,10 @@ def test_close_does_not_wait_for_processes_still_starting(tmp_path, monkeypatch)
 
     monkeypatch.setattr(image_processes.ImageProcessPool, "encode", held_start)
     env = _recorder(tmp_path / "ds")
-    encoder = env._recording.writer.writer.encoder
+    encoder = env._recording.recorder.writer.encoder
     _run_episodes(env, 1, seed=0)
     env.flush()
-    with env._recording.writer.writer._io_lock:
+    with env._recording.recorder.writer._io_lock:
         _run_episodes(env, 4)
     env.flush()
     starter = encoder._starter
@@ -133,7 +133,7 @@ def test_close_does_not_wait_for_processes_still_starting(tmp_path, monkeypatch)
 
 def test_a_recording_that_needs_no_processes_starts_none_and_close_waits_for_none(tmp_path):
     env = _recorder(tmp_path / "ds")
-    encoder = env._recording.writer.writer.encoder
+    encoder = env._recording.recorder.writer.encoder
     _run_episodes(env, 2, seed=0)
     env.close()
     assert encoder._starter is None and not encoder._workers_up.is_set()
