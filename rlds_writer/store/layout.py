@@ -38,7 +38,8 @@ import numpy as np
 from etils import epath
 
 from rlds_writer.errors import DiskFullError, IncompatibleDatasetError
-from rlds_writer.store import names
+from rlds_writer.store import names, storage
+from rlds_writer.store.object_path import as_path
 
 DATASET_INFO = "dataset_info.json"
 FEATURES = "features.json"
@@ -192,7 +193,7 @@ class ShardTemplate:
         """
         pattern = self.pattern()
         found: dict[int, dict[int, epath.Path]] = {}
-        for child in epath.Path(directory).iterdir():
+        for child in as_path(directory).iterdir():
             m = pattern.match(child.name)
             if m:
                 count = int(m.group("count")) if "count" in m.groupdict() else -1
@@ -267,7 +268,7 @@ def refuse_symlink(path: epath.PathLike, what: str) -> None:
 
 
 def is_local(path: epath.PathLike) -> bool:
-    return "://" not in os.fspath(path)
+    return not storage.is_remote(path)
 
 
 # Files we create never follow a link and never reuse an existing file: a
@@ -332,14 +333,12 @@ def atomic_file(path: epath.PathLike, fsync: bool = False) -> Iterator[BinaryIO]
 
 def atomic_write_text(path: epath.PathLike, text: str, fsync: bool = False) -> None:
     """Replaces `path` with `text` so that readers see the old or the new file."""
-    path = epath.Path(path)
     if is_local(path):
         with atomic_file(path, fsync=fsync) as f:
             f.write(text.encode("utf-8"))
     else:
-        tmp = temp_path(path)
-        tmp.write_text(text)
-        tmp.rename(path)
+        # Object stores replace an object whole (one PUT): no temporary, no rename.
+        storage.storage_for(path).replace_bytes(os.fspath(path), text.encode("utf-8"))
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -362,12 +361,13 @@ def disk_full_error(directory: epath.PathLike, error: OSError, doing: str) -> Di
 
 
 def read_json(path: epath.PathLike) -> Any:
-    return json.loads(epath.Path(path).read_text())
+    path = os.fspath(path)
+    return json.loads(storage.storage_for(path).read_bytes(path))
 
 
 def holds_dataset(path: epath.PathLike) -> bool:
     """True if the directory holds a dataset (info file or any shard file)."""
-    path = epath.Path(path)
+    path = as_path(path)
     if not path.exists():
         return False
     if (path / DATASET_INFO).exists():

@@ -43,7 +43,7 @@ from typing import Any
 from etils import epath
 
 from rlds_writer.errors import IncompatibleDatasetError, RecoveryError, counted
-from rlds_writer.store import layout, shards, tfrecord
+from rlds_writer.store import layout, shards, storage, tfrecord
 from rlds_writer.store.locate import not_a_dataset
 
 _log = logging.getLogger(__name__)
@@ -431,6 +431,9 @@ class _Recovery:
         return report
 
     def _rewrite_tfrecord(self, file: epath.Path, scan: tfrecord.Scan, report: ShardReport) -> None:
+        if not layout.is_local(file):
+            self._rewrite_remote_tfrecord(file, scan, report)
+            return
         tmp = file.parent / f".{file.name}.recover-tmp"
         try:
             # A fixed name: a leftover (or planted link) there is removed, never written through.
@@ -456,6 +459,26 @@ class _Recovery:
         report.detail.append(f"original kept as {keep.name}")
         tmp.replace(file)
         self.dir_dirty = True
+
+    def _rewrite_remote_tfrecord(self, file: Any, scan: tfrecord.Scan, report: ShardReport) -> None:
+        # The good records, by range reads, into a local file; the original object
+        # is copied aside, then replaced whole by one upload.
+        import tempfile
+
+        store = storage.storage_for(file)
+        with tempfile.TemporaryDirectory(prefix="rlds_writer-recover-") as tmp:
+            local = os.path.join(tmp, file.name)
+            source = store.open_random(os.fspath(file))
+            try:
+                with open(local, "wb") as dst:
+                    for offset, length in scan.spans:
+                        dst.write(source.read_at(offset, length + tfrecord.FRAMING))
+            finally:
+                source.close()
+            keep = file.parent / layout.quarantine_name(file.name)
+            store.copy(os.fspath(file), os.fspath(keep))
+            report.detail.append(f"original kept as {keep.name}")
+            store.upload(local, os.fspath(file))
 
     def _recover_array_record(
         self, split: str, file: epath.Path, listed_n: int | None
@@ -489,6 +512,6 @@ def _truncate(path: epath.Path, size: int) -> None:
         finally:
             os.close(fd)
     else:
-        with path.open("rb") as f:
-            data = f.read(size)
-        path.write_bytes(data)
+        # An object cannot be cut: its first `size` bytes replace it (one shard).
+        store = storage.storage_for(path)
+        store.replace_bytes(os.fspath(path), store.read_bytes(os.fspath(path), limit=size))

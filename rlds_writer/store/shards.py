@@ -9,13 +9,15 @@ package branches on the file format.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 from etils import epath
 
-from rlds_writer.store import layout, tfrecord
+from rlds_writer.store import layout, storage, tfrecord
+from rlds_writer.store.object_path import as_path
 
 _IOV_MAX = 1024
 # Records smaller than this are joined into one bytes object before writing.
@@ -71,7 +73,8 @@ class TFRecordShardWriter:
             if fsync:  # make the new directory entry durable too
                 layout.fsync_directory(path.parent)
         else:
-            self._f = path.open("wb")
+            # An object store: the shard is uploaded whole when it closes.
+            self._f = storage.storage_for(path).open_shard_sink(os.fspath(path))
 
     def write(self, record: bytes | list[Any], length: int | None = None) -> None:
         """Appends one record, given whole or as bytes-like parts (no copy)."""
@@ -80,10 +83,7 @@ class TFRecordShardWriter:
         if self._fd is not None:
             _writev_all(self._fd, [header, *parts, footer], len(header) + length + len(footer))
         else:
-            self._f.write(header)
-            for part in parts:
-                self._f.write(part)
-            self._f.write(footer)
+            self._f.write_parts([header, *parts, footer])
         self.num_records += 1
         self.num_bytes += length
 
@@ -93,9 +93,7 @@ class TFRecordShardWriter:
             if self.fsync:
                 os.fsync(self._fd)
             return
-        self._f.flush()
-        if self.fsync and hasattr(self._f, "fileno"):
-            os.fsync(self._f.fileno())
+        self._f.flush()  # an object reaches the store only whole, at close
 
     def close(self) -> None:
         self.flush()
@@ -115,13 +113,22 @@ class ArrayRecordShardWriter:
     def __init__(self, path: epath.Path, fsync: bool = False):
         from array_record.python import array_record_module
 
-        if path.exists() or os.path.islink(path):  # its writer would truncate the file
-            raise FileExistsError(f"shard file {path} already exists")
+        if path.exists() or (layout.is_local(path) and os.path.islink(path)):
+            raise FileExistsError(f"shard file {path} already exists")  # its writer truncates
         self.path = path
         self.fsync = fsync
         self.num_records = 0
         self.num_bytes = 0
-        self._f = array_record_module.ArrayRecordWriter(os.fspath(path), "group_size:1")
+        self._local = os.fspath(path)
+        self._upload: str | None = None
+        if not layout.is_local(path):
+            # Its writer needs a local file: written there, uploaded whole at close.
+            import tempfile
+
+            fd, self._local = tempfile.mkstemp(prefix="rlds_writer-", suffix=".array_record")
+            os.close(fd)
+            self._upload = os.fspath(path)
+        self._f = array_record_module.ArrayRecordWriter(self._local, "group_size:1")
 
     def write(self, record: bytes | list[Any], length: int | None = None) -> None:
         parts, length = _parts(record, length)
@@ -134,6 +141,12 @@ class ArrayRecordShardWriter:
 
     def close(self) -> None:
         self._f.close()
+        if self._upload is not None:
+            try:
+                storage.storage_for(self._upload).upload(self._local, self._upload)
+            finally:
+                os.unlink(self._local)
+            return
         if self.fsync and layout.is_local(self.path):
             layout.fsync_file(self.path)
             layout.fsync_directory(self.path.parent)
@@ -163,7 +176,7 @@ def _writev_all(fd: int, parts: list[Any], total: int) -> None:
 def tfrecord_records(path: epath.PathLike) -> Iterator[bytes]:
     """Yields the good records of a TFRecord shard in file order, skipping damage."""
     scan = tfrecord.scan(path, verify_data=True, resync=True)
-    with epath.Path(path).open("rb") as f:
+    with as_path(path).open("rb") as f:
         for offset, length in scan.spans:
             f.seek(offset + tfrecord.HEADER_SIZE)
             yield f.read(length)
@@ -174,13 +187,32 @@ def array_record_records(path: epath.PathLike) -> Iterator[bytes]:
     from array_record.python import array_record_module
 
     layout.refuse_symlink(path, "shard file")
-    reader = array_record_module.ArrayRecordReader(os.fspath(path))
-    try:
-        n = reader.num_records()
-        for start in range(0, n, _ARRAY_RECORD_BATCH):
-            yield from reader.read(start, min(n, start + _ARRAY_RECORD_BATCH))
-    finally:
-        reader.close()
+    with local_copy(path) as local:
+        reader = array_record_module.ArrayRecordReader(local)
+        try:
+            n = reader.num_records()
+            for start in range(0, n, _ARRAY_RECORD_BATCH):
+                yield from reader.read(start, min(n, start + _ARRAY_RECORD_BATCH))
+        finally:
+            reader.close()
+
+
+@contextlib.contextmanager
+def local_copy(path: epath.PathLike) -> Iterator[str]:
+    """A local file name for `path`: itself, or a temporary download of a remote object.
+
+    For the array_record library, which opens files by name; TFRecord never
+    needs it (range reads through the seam).
+    """
+    if layout.is_local(path):
+        yield os.fspath(path)
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="rlds_writer-") as tmp:
+        local = os.path.join(tmp, as_path(path).name)
+        storage.storage_for(path).download(os.fspath(path), local)
+        yield local
 
 
 class _Adapter:
