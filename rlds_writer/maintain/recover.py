@@ -11,6 +11,7 @@ from etils import epath
 from rlds_writer.store import layout
 from rlds_writer.store.locate import not_a_dataset
 from rlds_writer.store.locking import DirectoryLock
+from rlds_writer.store.object_path import as_path
 from rlds_writer.store.recovery import RecoveryReport, ShardReport, run_recovery
 
 __all__ = ["RecoveryReport", "ShardReport", "recover"]
@@ -49,7 +50,7 @@ def recover(
       DiskFullError: the disk filled up; nothing already written was lost and
         running it again with free space finishes the repair.
     """
-    path = epath.Path(path)
+    path = as_path(path)
     if not path.is_dir():
         raise not_a_dataset(path)
     if dry_run:

@@ -16,6 +16,7 @@ from etils import epath
 
 from rlds_writer.errors import NotADatasetError
 from rlds_writer.store import layout
+from rlds_writer.store.object_path import as_path
 
 # How far below a directory to look for datasets, and how many directory
 # entries to read at most: a user who passes their home directory gets an
@@ -32,7 +33,7 @@ def require_dataset(path: epath.PathLike) -> None:
         root = os.fspath(path)
         if all(os.path.isfile(os.path.join(root, f)) for f in _FILES):
             return
-    elif all((epath.Path(path) / f).is_file() for f in _FILES):
+    elif all((as_path(path) / f).is_file() for f in _FILES):
         return
     raise not_a_dataset(path)
 
@@ -41,7 +42,7 @@ def not_a_dataset(path: epath.PathLike) -> NotADatasetError:
     """The error for `path`, which is not a dataset: what is there, and datasets below it."""
     shown = os.fspath(path)
     if not layout.is_local(path):
-        root = epath.Path(path)
+        root = as_path(path)
         if (root / layout.DATASET_INFO).exists():
             return NotADatasetError(shown, f"it has no {layout.FEATURES}")
         return NotADatasetError(shown, f"it has no {layout.DATASET_INFO}")

@@ -98,6 +98,10 @@ class ObjectPath:
     def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
         self._store.makedirs(self._text)
 
+    def rmdir(self) -> None:
+        """Nothing to remove: object stores have no directories (a prefix is gone
+        with its last object)."""
+
     def unlink(self, missing_ok: bool = False) -> None:
         try:
             self._store.remove(self._text)
