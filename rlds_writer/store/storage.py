@@ -558,6 +558,7 @@ class RemoteRandomAccess:
     def __init__(self, storage: FsspecStorage, path: str):
         self.path = path
         self._lock = threading.Lock()
+        self._fetched = 0
         key = storage._key(path)
         storage._invalidate(path)
         self.size = int(storage.fs.size(key))
@@ -581,9 +582,10 @@ class RemoteRandomAccess:
     def blocks_fetched(self) -> int:
         """How many blocks (`REMOTE_BLOCK_SIZE` bytes) were fetched from the store so far."""
         cache = getattr(self._f, "cache", None)
-        return int(getattr(cache, "miss_count", 0))
+        return self._fetched + int(getattr(cache, "miss_count", 0))
 
     def close(self) -> None:
+        self._fetched = self.blocks_fetched  # closing drops the cache and its counts
         self._f.close()
 
     def __enter__(self) -> RemoteRandomAccess:
