@@ -52,7 +52,10 @@ QUARANTINE_PREFIX = ".corrupt-"
 FILEPATH_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}"
 # What TFDS assumes when a split has no filepathTemplate (`tfds build` writes it).
 TFDS_DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
+# The shard formats the layout names (their code: `store.shards.FORMATS`), and
+# what a dataset_info.json without `fileFormat` means (TFDS's default).
 FILE_FORMATS = ("tfrecord", "array_record")
+DEFAULT_FILE_FORMAT = "tfrecord"
 # Episode-level Text field saying why an episode ended: the env terminated or
 # truncated it, or the recorder cut it short (reset or close mid-episode, a
 # refused value, interpreter exit). Recorders declare it unless the user gave a
@@ -207,13 +210,18 @@ class ShardTemplate:
 def split_templates(info: Mapping[str, Any], where: str = DATASET_INFO) -> dict[str, ShardTemplate]:
     """Returns split name -> `ShardTemplate` of a dataset_info.json dict, checked."""
     name = check_name(info.get("name"), "dataset name", where)
-    file_format = info.get("fileFormat") or "tfrecord"
+    file_format = file_format_of(info)
     out = {}
     for entry in info.get("splits", []):
         split = check_name(entry.get("name"), "split name", where)
         template = entry.get("filepathTemplate") or TFDS_DEFAULT_TEMPLATE
         out[split] = ShardTemplate(template, name, split, file_format)
     return out
+
+
+def file_format_of(info: Mapping[str, Any]) -> str:
+    """The shard format a dataset_info.json dict names (TFDS's default if none)."""
+    return info.get("fileFormat") or DEFAULT_FILE_FORMAT
 
 
 def shard_name(name: str, split: str, file_format: str, index: int) -> str:

@@ -287,8 +287,8 @@ def _check_compatible(read: list[dict[str, Any]]) -> None:
             a, b = first["info"].get(key), other["info"].get(key)
             if a != b:
                 problems.append(f"{where}: {label} {b!r} != {a!r}")
-        fa = first["info"].get("fileFormat", "tfrecord")
-        fb = other["info"].get("fileFormat", "tfrecord")
+        fa = layout.file_format_of(first["info"])
+        fb = layout.file_format_of(other["info"])
         if fa != fb:
             problems.append(f"{where}: file format {fb!r} != {fa!r}")
         problems.extend(
@@ -328,7 +328,7 @@ def _make_plan(sources: list[epath.Path], move: bool) -> dict[str, Any]:
     _check_compatible(read)
     first = read[0]
     name = first["info"]["name"]
-    file_format = first["info"].get("fileFormat", "tfrecord")
+    file_format = layout.file_format_of(first["info"])
     split_names: list[str] = []
     for r in read:
         for split in layout.read_splits(r["info"]):

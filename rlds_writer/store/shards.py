@@ -1,15 +1,19 @@
-"""Shard formats: one adapter per file format, in one table.
+"""Shard file formats: one `FileFormat` object per format, in one table.
 
-Like TFDS's `file_adapters.ADAPTER_FOR_FORMAT`: `ADAPTERS[file_format]` gives
-the writer of a new shard (`open_writer`) and the readers every tool uses
-to walk a whole shard (`records`, `count`). TFRecord frames come from
-`store.tfrecord`; array_record from its own library. Nothing else in the
-package branches on the file format.
+Like TFDS's `file_adapters.ADAPTER_FOR_FORMAT`: `FORMATS[file_format]` (or
+`adapter(file_format)`) gives the writer of a new shard (`open_writer`), the
+walk over a whole shard every tool uses (`records`), and what `recover` needs:
+`check` (scan a shard: its good records, damage, a crash's torn tail) and the
+repairs (`rewrite` with the good records, `cut` a torn tail). TFRecord frames
+come from `store.tfrecord`; array_record from its own library. Nothing else in
+store/ branches on the file format; a third format is one more class here.
+Shards on object storage go through `store.storage` (uploaded whole at close).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -215,23 +219,197 @@ def local_copy(path: epath.PathLike) -> Iterator[str]:
         yield local
 
 
-class _Adapter:
-    def __init__(self, file_format: str, writer: type, records: Any):
-        self.file_format = file_format
-        self._writer = writer
-        self.records = records
+@dataclasses.dataclass
+class ShardCheck:
+    """What checking one shard file found, and the repair it needs.
+
+    Attributes:
+      records: complete, valid records kept.
+      num_bytes: their data bytes.
+      file_size: the file's size.
+      detail: what was wrong, one line each.
+      removable: no record and only a crash's torn start: the file may be deleted
+        (otherwise a file without records is set aside).
+      rewrite: damage between records: rewrite the shard with its good records
+        (the original set aside first).
+      cut_to: a crash's torn tail: cut the file to this size.
+    """
+
+    records: int
+    num_bytes: int
+    file_size: int
+    detail: list[str] = dataclasses.field(default_factory=list)
+    removable: bool = False
+    rewrite: bool = False
+    cut_to: int | None = None
+    scan: Any = None
+
+
+class FileFormat:
+    """One shard file format: its name (as in shard names and `fileFormat`),
+    writing, reading every record, checking and repairing a shard.
+
+    Attributes:
+      name: `tfrecord`, `array_record`.
+    """
+
+    name = ""
 
     def open_writer(self, path: epath.Path, fsync: bool = False) -> ShardWriter:
-        return self._writer(path, fsync)
+        raise NotImplementedError
+
+    def records(self, path: epath.PathLike) -> Iterator[bytes]:
+        """The good records of a whole shard, in order."""
+        raise NotImplementedError
+
+    def check(self, path: Any, *, listed: int | None, last: bool, full: bool) -> ShardCheck:
+        """Checks a shard (`last`: the end of its split, where a crash tears;
+        `full`: check every record's data too)."""
+        raise NotImplementedError
+
+    def rewrite(self, path: Any, check: ShardCheck) -> str:
+        """Rewrites a damaged shard with its good records; returns the name the
+        original is kept under."""
+        raise NotImplementedError
+
+    def cut(self, path: Any, size: int) -> None:
+        """Cuts a crash's torn tail off the shard."""
+        raise NotImplementedError
 
 
-ADAPTERS = {
-    "tfrecord": _Adapter("tfrecord", TFRecordShardWriter, tfrecord_records),
-    "array_record": _Adapter("array_record", ArrayRecordShardWriter, array_record_records),
-}
+class TFRecordFormat(FileFormat):
+    """TFRecord: length-prefixed, CRC-framed records (`store.tfrecord`)."""
+
+    name = "tfrecord"
+
+    def open_writer(self, path: epath.Path, fsync: bool = False) -> ShardWriter:
+        return TFRecordShardWriter(path, fsync)
+
+    def records(self, path: epath.PathLike) -> Iterator[bytes]:
+        return tfrecord_records(path)
+
+    def check(self, path: Any, *, listed: int | None, last: bool, full: bool) -> ShardCheck:
+        # Headers only where the listing agrees (a quick check); the last shard,
+        # where a crash leaves its tear, and any disagreement get a full check.
+        scan = tfrecord.scan(path, verify_data=full or last, resync=True)
+        if not (full or last) and (listed is None or len(scan.spans) != listed):
+            scan = tfrecord.scan(path, verify_data=True, resync=True)
+        check = ShardCheck(len(scan.spans), scan.num_bytes, scan.file_size, scan=scan)
+        if scan.tail_problem:
+            cut = scan.file_size - scan.tail_offset
+            check.detail.append(f"{scan.tail_problem} at byte {scan.tail_offset}, {cut} bytes")
+        for offset, size, reason in scan.dropped:
+            check.detail.append(f"{reason} at byte {offset} ({size} bytes dropped)")
+        if not scan.spans:
+            if scan.file_size:
+                check.detail.append("no complete record")
+            # Only the start of a first record cut short by a crash may be deleted.
+            check.removable = bool(
+                last and not scan.dropped and (scan.tail_problem or "").startswith("truncated")
+            )
+            return check
+        # A crash tears only the end of the shard being written (the last one);
+        # anything else is damage, kept aside before the shard is rewritten.
+        crash_tail = last and not scan.dropped and scan.kept_end == scan.tail_offset
+        if scan.dropped or (scan.kept_end < scan.file_size and not crash_tail):
+            check.rewrite = True
+        elif scan.kept_end < scan.file_size:
+            check.cut_to = scan.kept_end
+        return check
+
+    def rewrite(self, path: Any, check: ShardCheck) -> str:
+        if not layout.is_local(path):
+            return _rewrite_remote_tfrecord(path, check.scan)
+        tmp = path.parent / f".{path.name}.recover-tmp"
+        try:
+            # A fixed name: a leftover (or planted link) there is removed, never written through.
+            dst_file = os.fdopen(layout.create_exclusive(tmp, replace_stale=True), "wb")
+            with path.open("rb") as src, dst_file as dst:
+                for offset, length in check.scan.spans:
+                    src.seek(offset)
+                    dst.write(src.read(length + tfrecord.FRAMING))
+            layout.fsync_file(tmp)
+        except BaseException:
+            # The original is untouched; do not leave a partial copy filling the disk.
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        keep = path.parent / layout.quarantine_name(path.name)
+        os.link(path, keep)
+        tmp.replace(path)
+        return keep.name
+
+    def cut(self, path: Any, size: int) -> None:
+        if layout.is_local(path):
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+            try:
+                os.ftruncate(fd, size)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return
+        # An object cannot be cut: its first `size` bytes replace it (one shard).
+        store = storage.storage_for(path)
+        store.replace_bytes(os.fspath(path), store.read_bytes(os.fspath(path), limit=size))
 
 
-def adapter(file_format: str) -> _Adapter:
+def _rewrite_remote_tfrecord(path: Any, scan: tfrecord.Scan) -> str:
+    # The good records, by range reads, into a local file; the original object
+    # is copied aside, then replaced whole by one upload.
+    import tempfile
+
+    store = storage.storage_for(path)
+    with tempfile.TemporaryDirectory(prefix="rlds_writer-recover-") as tmp:
+        local = os.path.join(tmp, path.name)
+        source = store.open_random(os.fspath(path))
+        try:
+            with open(local, "wb") as dst:
+                for offset, length in scan.spans:
+                    dst.write(source.read_at(offset, length + tfrecord.FRAMING))
+        finally:
+            source.close()
+        keep = path.parent / layout.quarantine_name(path.name)
+        store.copy(os.fspath(path), os.fspath(keep))
+        store.upload(local, os.fspath(path))
+    return keep.name
+
+
+class ArrayRecordFormat(FileFormat):
+    """array_record: durable per closed shard; a damaged shard is set aside whole."""
+
+    name = "array_record"
+
+    def open_writer(self, path: epath.Path, fsync: bool = False) -> ShardWriter:
+        return ArrayRecordShardWriter(path, fsync)
+
+    def records(self, path: epath.PathLike) -> Iterator[bytes]:
+        return array_record_records(path)
+
+    def check(self, path: Any, *, listed: int | None, last: bool, full: bool) -> ShardCheck:
+        size = as_path(path).stat().length
+        records = nbytes = 0
+        problem = None
+        if size:
+            try:
+                for record in array_record_records(path):
+                    records += 1
+                    nbytes += len(record)
+            except Exception as e:  # noqa: BLE001 - a torn file raises many kinds
+                records, nbytes, problem = 0, 0, f"unreadable: {e}"
+        check = ShardCheck(records, nbytes, size)
+        if problem:
+            check.detail.append(problem)
+        return check
+
+
+# The file formats, by the name shard names and `fileFormat` use. A third format
+# is one more `FileFormat` here.
+FORMATS: dict[str, FileFormat] = {f.name: f for f in (TFRecordFormat(), ArrayRecordFormat())}
+# Kept under its first name for the tools that walk whole shards.
+ADAPTERS = FORMATS
+
+
+def adapter(file_format: str) -> FileFormat:
     """Returns the adapter of a file format; raises ValueError for an unknown one."""
     try:
         return ADAPTERS[file_format]

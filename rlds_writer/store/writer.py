@@ -193,7 +193,7 @@ class DatasetWriter:
         version: str = "0.0.1",
         split: str = "train",
         max_episodes_per_file: int = 1000,
-        file_format: str = "tfrecord",
+        file_format: str = layout.DEFAULT_FILE_FORMAT,
         mode: str = "error",
         metadata: Mapping[str, Any] | None = None,
         fsync: bool = False,
@@ -322,7 +322,7 @@ class DatasetWriter:
         problems = []
         if existing.get("name") != self.name:
             problems.append(f"name: dataset has {existing.get('name')!r}, writer has {self.name!r}")
-        fmt = existing.get("fileFormat", "tfrecord")
+        fmt = layout.file_format_of(existing)
         if fmt != self.file_format:
             problems.append(f"file_format: dataset has {fmt!r}, writer has {self.file_format!r}")
         templates = layout.split_templates(existing)
