@@ -94,3 +94,21 @@ def test_scan_without_data_check_reads_headers_only(s3_bucket, monkeypatch):
     assert 0 < fetched <= 2 * 16 * storage.REMOTE_BLOCK_SIZE < fs.size(path) // 16
     full = tfrecord.scan(path, verify_data=True)
     assert full.spans == scan.spans
+
+
+def test_gymnasium_recorder_writes_to_a_bucket(object_store):
+    gym = pytest.importorskip("gymnasium")
+    path = object_store.path("cartpole")
+    env = rlds_writer.RecordRLDS(gym.make("CartPole-v1"), path)
+    env.reset(seed=0)
+    for t in range(60):
+        _, _, terminated, truncated, _ = env.step(t % 2)
+        if terminated or truncated:
+            env.reset()
+    env.close()
+    fs = storage_for(path)
+    assert [n for n in fs.listdir(path) if ".tfrecord-" in n] == [
+        "rlds_dataset-train.tfrecord-00000"
+    ]
+    report = rlds_writer.recover(path, dry_run=True)
+    assert not report.changed and sum(report.splits["train"]) >= 2
