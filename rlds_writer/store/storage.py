@@ -7,8 +7,8 @@ picks the backend:
 - a local path (or `file://...`) gives `LocalStorage`: `os`, `pread`,
   `writev`, `fsync`, files created exclusively (`O_EXCL | O_NOFOLLOW`) and
   rename-based atomic replacement. No abstraction cost on the fast path.
-- any other `scheme://...` gives `FsspecStorage` over
-  `fsspec.filesystem(scheme)`: s3fs (`s3://`) and gcsfs (`gs://`) plug in
+- any other `scheme://...` gives `FsspecStorage` (`store/storage_remote.py`)
+  over `fsspec.filesystem(scheme)`: s3fs (`s3://`) and gcsfs (`gs://`) plug in
   there, as does any fsspec protocol (`memory://` in unit tests, `az://`,
   `hf://`...). Object stores have no rename and no append, so new objects
   are uploaded whole when they close (`open_shard_sink`), replaced with one
@@ -23,40 +23,16 @@ TensorFlow.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import secrets
-import tempfile
 import threading
 from collections.abc import Sequence
 from typing import Any, BinaryIO, Protocol
 
-from rlds_writer.errors import StorageNotSupportedError, missing_dependency
+from rlds_writer.errors import StorageNotSupportedError
 
-# Protocols whose fsspec backend ships in an extra of ours, and that extra.
-_PROTOCOL_EXTRAS = {
-    "s3": ("s3fs", "s3"),
-    "s3a": ("s3fs", "s3"),
-    "gs": ("gcsfs", "gcs"),
-    "gcs": ("gcsfs", "gcs"),
-}
-# Object stores that can create an object only if it does not exist, and how
-# (the word the docs and the error use). fsspec's `pipe_file(mode="create")`
-# sends the condition for both.
-_CONDITIONAL_CREATE = {
-    "s3": "If-None-Match: *",
-    "s3a": "If-None-Match: *",
-    "gs": "ifGenerationMatch=0",
-    "gcs": "ifGenerationMatch=0",
-    # One process's dict: exclusive within that process (the unit tests' store).
-    "memory": "a check within one process",
-}
 _IOV_MAX = 1024
-# Remote random access: blocks this large, at most this many kept per open file.
-REMOTE_BLOCK_SIZE = 1 << 20
-REMOTE_MAX_BLOCKS = 32
 __all__ = [
-    "FsspecStorage",
     "LocalStorage",
     "RandomAccess",
     "ShardSink",
@@ -383,11 +359,13 @@ class LocalShardSink:
 
 
 _LOCAL = LocalStorage()
-_FSSPEC: dict[str, FsspecStorage] = {}
+_FSSPEC: dict[str, Storage] = {}
 _FSSPEC_LOCK = threading.Lock()
 
 
-def _fsspec_storage(protocol: str) -> FsspecStorage:
+def _fsspec_storage(protocol: str) -> Storage:
+    from rlds_writer.store.storage_remote import FsspecStorage
+
     with _FSSPEC_LOCK:
         storage = _FSSPEC.get(protocol)
         if storage is None:
@@ -395,243 +373,10 @@ def _fsspec_storage(protocol: str) -> FsspecStorage:
         return storage
 
 
-class FsspecStorage(Storage):
-    """Any fsspec file system: s3fs, gcsfs, memory, ...
+def __getattr__(name: str) -> Any:
+    # The fsspec backend lives in store/storage_remote.py, imported on first use.
+    if name in ("FsspecStorage", "RemoteRandomAccess", "RemoteShardSink"):
+        from rlds_writer.store import storage_remote
 
-    Args:
-      protocol: the fsspec protocol (`s3`, `gs`, `memory`, ...).
-    """
-
-    is_local = False
-
-    def __init__(self, protocol: str):
-        module, extra = _PROTOCOL_EXTRAS.get(protocol, (None, None))
-        feature = f"reaching {protocol}:// paths"
-        fsspec = _import("fsspec", feature, extra)
-        if module is not None:
-            _import(module, feature, extra)
-        self.protocol = protocol
-        try:
-            self._fs_instance = fsspec.filesystem(protocol)
-        except (ImportError, ValueError) as e:
-            raise StorageNotSupportedError(
-                f"{protocol}://: no file system for this protocol ({e}); rlds_writer reaches "
-                "local paths and the protocols of fsspec (s3://, gs://, memory://, ...)"
-            ) from e
-
-    @property
-    def fs(self) -> Any:
-        """The fsspec file system."""
-        return self._fs_instance
-
-    def _key(self, path: str) -> str:
-        protocol, rest = split_protocol(path)
-        return rest if protocol else path
-
-    def _full(self, key: str) -> str:
-        return f"{self.protocol}://{key}"
-
-    def join(self, path: str, *names: str) -> str:
-        text = path.rstrip("/")
-        for name in names:
-            text = f"{text}/{name.strip('/')}"
-        return text
-
-    def _invalidate(self, path: str) -> None:
-        # Another process may have written since the listing was cached.
-        with contextlib.suppress(Exception):
-            self.fs.invalidate_cache(self._key(path))
-
-    def exists(self, path: str) -> bool:
-        self._invalidate(path)
-        return bool(self.fs.exists(self._key(path)))
-
-    def isdir(self, path: str) -> bool:
-        self._invalidate(path)
-        return bool(self.fs.isdir(self._key(path)))
-
-    def isfile(self, path: str) -> bool:
-        self._invalidate(path)
-        return bool(self.fs.isfile(self._key(path)))
-
-    def listdir(self, path: str) -> list[str]:
-        key = self._key(path).rstrip("/")
-        self._invalidate(key)
-        if not self.fs.isdir(key):
-            if self.fs.exists(key):
-                raise NotADirectoryError(path)
-            raise FileNotFoundError(path)
-        names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in self.fs.ls(key, detail=False)}
-        names.discard("")
-        return sorted(names)
-
-    def size(self, path: str) -> int:
-        self._invalidate(path)
-        return int(self.fs.size(self._key(path)))
-
-    def read_bytes(self, path: str, limit: int | None = None) -> bytes:
-        key = self._key(path)
-        if limit is None:
-            return bytes(self.fs.cat_file(key))
-        if limit <= 0:
-            return b""
-        return bytes(self.fs.cat_file(key, start=0, end=limit))
-
-    def open_read(self, path: str) -> BinaryIO:
-        return self.fs.open(self._key(path), "rb", block_size=4 * REMOTE_BLOCK_SIZE)
-
-    def open_random(self, path: str) -> RandomAccess:
-        return RemoteRandomAccess(self, path)
-
-    def replace_bytes(self, path: str, data: bytes, fsync: bool = False) -> None:
-        # One PUT: an object store replaces an object whole (there is no rename).
-        self.fs.pipe_file(self._key(path), bytes(data))
-        self._invalidate(path)
-
-    def create_exclusive(self, path: str, data: bytes) -> bool:
-        if self.protocol not in _CONDITIONAL_CREATE:
-            raise StorageNotSupportedError(
-                f"{path}: {self.protocol}:// has no conditional create that rlds_writer knows, "
-                "so it cannot take the one-writer lock there; record to a local directory, "
-                "s3:// or gs:// and copy the dataset (`rlds_writer.merge`) afterwards"
-            )
-        key = self._key(path)
-        self._invalidate(path)
-        if self.fs.exists(key):
-            # Also what a store that ignores the condition (the GCS emulator) needs.
-            return False
-        try:
-            self.fs.pipe_file(key, bytes(data), mode="create")
-        except FileExistsError:
-            return False
-        finally:
-            self._invalidate(path)
-        return True
-
-    def open_shard_sink(self, path: str) -> ShardSink:
-        if self.exists(path):
-            raise FileExistsError(f"{path} already exists")
-        return RemoteShardSink(self, path)
-
-    def remove(self, path: str) -> None:
-        key = self._key(path)
-        self._invalidate(path)
-        if not self.fs.exists(key):
-            raise FileNotFoundError(path)
-        self.fs.rm_file(key)
-        self._invalidate(path)
-
-    def makedirs(self, path: str) -> None:
-        # Object stores have no directories; a bucket must exist already. Other
-        # fsspec file systems may have them.
-        if self.protocol in _PROTOCOL_EXTRAS:
-            return
-        self.fs.makedirs(self._key(path), exist_ok=True)
-
-    def move(self, source: str, destination: str) -> None:
-        self.copy(source, destination)
-        self.remove(source)
-
-    def copy(self, source: str, destination: str) -> None:
-        self.fs.copy(self._key(source), self._key(destination))
-        self._invalidate(destination)
-
-    def upload(self, local_source: str, destination: str) -> None:
-        # s3fs and gcsfs switch to a multipart/resumable upload for large files.
-        self.fs.put_file(local_path(local_source), self._key(destination))
-        self._invalidate(destination)
-
-    def download(self, source: str, local_destination: str) -> None:
-        self.fs.get_file(self._key(source), local_path(local_destination))
-
-
-def _import(module: str, feature: str, extra: str | None) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        raise missing_dependency(module, feature, extra) from e
-
-
-class RemoteRandomAccess:
-    """Range reads through a bounded block cache (never the whole object)."""
-
-    def __init__(self, storage: FsspecStorage, path: str):
-        self.path = path
-        self._lock = threading.Lock()
-        self._fetched = 0
-        key = storage._key(path)
-        storage._invalidate(path)
-        self.size = int(storage.fs.size(key))
-        try:
-            self._f = storage.fs.open(
-                key,
-                "rb",
-                block_size=REMOTE_BLOCK_SIZE,
-                cache_type="blockcache",
-                cache_options={"maxblocks": REMOTE_MAX_BLOCKS},
-            )
-        except TypeError:  # a file system whose open takes no cache options
-            self._f = storage.fs.open(key, "rb")
-
-    def read_at(self, offset: int, n: int) -> bytes:
-        with self._lock:
-            self._f.seek(offset)
-            return bytes(self._f.read(n))
-
-    @property
-    def blocks_fetched(self) -> int:
-        """How many blocks (`REMOTE_BLOCK_SIZE` bytes) were fetched from the store so far."""
-        cache = getattr(self._f, "cache", None)
-        return self._fetched + int(getattr(cache, "miss_count", 0))
-
-    def close(self) -> None:
-        self._fetched = self.blocks_fetched  # closing drops the cache and its counts
-        self._f.close()
-
-    def __enter__(self) -> RemoteRandomAccess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class RemoteShardSink:
-    """A new object: written to a local temporary file, uploaded whole when closed.
-
-    The object exists only complete (an object store shows no partial PUT); a
-    large file goes up as a multipart (S3) or resumable (GCS) upload.
-    `abort` drops what was written without uploading.
-    """
-
-    def __init__(self, storage: FsspecStorage, path: str):
-        self.path = path
-        self._storage = storage
-        self._tmp = tempfile.NamedTemporaryFile(prefix="rlds_writer-shard-", delete=False)  # noqa: SIM115
-        self._closed = False
-
-    def write_parts(self, parts: Sequence[Any], length: int | None = None) -> None:
-        for part in parts:
-            self._tmp.write(part)
-
-    def flush(self, fsync: bool = False) -> None:
-        # Nothing reaches the store before close: durability is per object.
-        self._tmp.flush()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._tmp.close()
-            self._storage.upload(self._tmp.name, self.path)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(self._tmp.name)
-
-    def abort(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._tmp.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self._tmp.name)
+        return getattr(storage_remote, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,7 @@ import pytest
 
 import rlds_writer
 from rlds_writer.errors import LockedError, StorageNotSupportedError
-from rlds_writer.store import storage, tfrecord
+from rlds_writer.store import storage_remote, tfrecord
 from rlds_writer.store.storage import storage_for
 
 
@@ -71,7 +71,7 @@ def test_a_store_without_conditional_create_refuses_to_record(tmp_path):
 def test_scan_without_data_check_reads_headers_only(s3_bucket, monkeypatch):
     # 16 records of 256 KB: a header-only scan fetches a block or two per record,
     # far from the whole object once blocks are small.
-    monkeypatch.setattr(storage, "REMOTE_BLOCK_SIZE", 1 << 12)
+    monkeypatch.setattr(storage_remote, "REMOTE_BLOCK_SIZE", 1 << 12)
     fs = storage_for(s3_bucket.url)
     path = s3_bucket.path("shard.tfrecord-00000")
     records = [os.urandom(1 << 18) for _ in range(16)]
@@ -90,9 +90,9 @@ def test_scan_without_data_check_reads_headers_only(s3_bucket, monkeypatch):
     monkeypatch.setattr(type(fs), "open_random", open_random)
     scan = tfrecord.scan(path, verify_data=False)
     assert [length for _, length in scan.spans] == [1 << 18] * 16
-    fetched = sum(f.blocks_fetched for f in opened) * storage.REMOTE_BLOCK_SIZE
-    assert 0 < fetched <= 2 * 16 * storage.REMOTE_BLOCK_SIZE < fs.size(path) // 16
-    monkeypatch.setattr(storage, "REMOTE_BLOCK_SIZE", 1 << 20)
+    fetched = sum(f.blocks_fetched for f in opened) * storage_remote.REMOTE_BLOCK_SIZE
+    assert 0 < fetched <= 2 * 16 * storage_remote.REMOTE_BLOCK_SIZE < fs.size(path) // 16
+    monkeypatch.setattr(storage_remote, "REMOTE_BLOCK_SIZE", 1 << 20)
     full = tfrecord.scan(path, verify_data=True)
     assert full.spans == scan.spans
 
