@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,8 @@ import rlds_writer  # noqa: F401
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+TESTS = Path(__file__).resolve().parent
 
 
 # Fixtures whose tests are `slow` (left out of the quick loop `pytest -m "not
@@ -30,9 +33,11 @@ def pytest_collection_modifyitems(items):
 def ray_session():
     """One Ray instance for every RLlib test; runner processes import env classes from tests/."""
     ray = pytest.importorskip("ray")
-    path = os.pathsep.join(
-        p for p in (os.path.dirname(__file__), os.environ.get("PYTHONPATH")) if p
-    )
+    # Test modules (which define the envs) are imported from their own folder.
+    folders = [str(TESTS)] + [
+        str(p) for p in sorted(TESTS.iterdir()) if p.is_dir() and p.name.isalpha()
+    ]
+    path = os.pathsep.join(folders + [p for p in (os.environ.get("PYTHONPATH"),) if p])
     ray.init(
         num_cpus=2,
         include_dashboard=False,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "rlds_writer"
+PACKAGE = Path(__file__).resolve().parents[2] / "rlds_writer"
 
 # Layer -> the layers its modules may import (itself included).
 ALLOWED = {

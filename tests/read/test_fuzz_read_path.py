@@ -12,7 +12,7 @@ The in-suite runs are short (`RLDS_FUZZ_EXAMPLES`, default 200 examples per
 test). For a long local run raise it, niced, e.g.::
 
     RLDS_FUZZ_EXAMPLES=20000 nice -n 19 python -m pytest -q -x \
-        tests/test_fuzz_read_path.py -k framing -p no:cacheprovider
+        tests/read/test_fuzz_read_path.py -k framing -p no:cacheprovider
 
 Inputs the long runs found are kept below as `@example`s.
 """

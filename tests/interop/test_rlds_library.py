@@ -23,7 +23,7 @@ pytest.importorskip("tensorflow_datasets")
 
 from rlds_writer import RecordRLDS  # noqa: E402
 
-_CHILD = Path(__file__).resolve().parent / "rlds_library_child.py"
+_CHILD = Path(__file__).resolve().parents[1] / "rlds_library_child.py"
 
 
 def _record_cartpole(path):

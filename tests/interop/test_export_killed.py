@@ -23,7 +23,7 @@ import pytest
 import rlds_writer
 
 EPISODES = 6
-CHILD = Path(__file__).with_name("export_kill_child.py")
+CHILD = Path(__file__).resolve().parents[1] / "export_kill_child.py"
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import tensorflow_datasets as tfds
 
 import rlds_writer
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "oxe_robot.py")
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "oxe_robot.py")
 
 
 @pytest.fixture(scope="module")

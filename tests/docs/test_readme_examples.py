@@ -7,7 +7,7 @@ import re
 
 import tensorflow_datasets as tfds
 
-_README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
+_README = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "README.md")
 
 
 def _python_blocks() -> list[str]:

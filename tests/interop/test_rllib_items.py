@@ -12,7 +12,7 @@ The in-suite runs are short (`RLDS_FUZZ_EXAMPLES`, default 200 examples per
 test). For a long local run::
 
     RLDS_FUZZ_EXAMPLES=20000 nice -n 19 python -m pytest -q -x \
-        tests/test_rllib_items.py -k fuzz -p no:cacheprovider
+        tests/interop/test_rllib_items.py -k fuzz -p no:cacheprovider
 """
 
 from __future__ import annotations

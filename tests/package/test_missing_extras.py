@@ -20,7 +20,7 @@ import pytest
 from rlds_writer import errors
 from rlds_writer.interop import EXPORT_FORMATS, FORMATS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, CUDA_VISIBLE_DEVICES="")
 
 # Makes the modules in BLOCKED unimportable, as when they are not installed.

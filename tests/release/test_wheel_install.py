@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]
 _FULL = os.environ.get("RLDS_WHEEL_FULL_INSTALL") == "1"
 _PYCACHE = shutil.ignore_patterns("__pycache__")
 

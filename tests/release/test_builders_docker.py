@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]
 _DOCKERFILE = (_ROOT / "docker" / "Dockerfile").read_text()
 _README = (_ROOT / "README.md").read_text()
 

@@ -1,6 +1,6 @@
 """Fuzzing the importers' parsers: any input ends in episodes or one-line RLDSWriterError.
 
-Extends tests/test_fuzz_read_path.py to the files `convert` reads:
+Extends tests/read/test_fuzz_read_path.py to the files `convert` reads:
 
 * `.npy` headers (generated header dicts: dtypes, shapes, orders, lengths of
   data) as `.npz` members and as `.npy` files, and byte mutations of a real
@@ -20,7 +20,7 @@ traced peak below `MEMORY_LIMIT`. In-suite runs are short
 (`RLDS_FUZZ_EXAMPLES`, default 100 per test); for a long run::
 
     RLDS_FUZZ_EXAMPLES=5000 nice -n 19 python -m pytest -q -x \
-        tests/test_fuzz_importers.py -p no:cacheprovider
+        tests/interop/test_fuzz_importers.py -p no:cacheprovider
 
 Byte mutations of a real D4RL HDF5 file run in a child process (seeded, not
 hypothesis): libhdf5 is C, and should it abort on a corrupt file the child

@@ -10,7 +10,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-_COLABS = Path(__file__).resolve().parents[1] / "colabs"
+_COLABS = Path(__file__).resolve().parents[2] / "colabs"
 
 
 def _run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:

@@ -18,7 +18,7 @@ from helpers_core import new_buffer  # noqa: E402
 
 import rlds_writer  # noqa: E402
 
-_BUILDER_DIR = Path(__file__).resolve().parents[1] / "builders" / "rlds_package"
+_BUILDER_DIR = Path(__file__).resolve().parents[2] / "builders" / "rlds_package"
 
 
 @pytest.fixture(scope="module")
@@ -265,7 +265,7 @@ def test_setup_file_ships_the_worker_code_to_a_remote_worker(builder_module, sou
 
     from rlds_writer.interop import package_sources
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     staging = tmp_path / "staging"
     staging.mkdir()
     options = PipelineOptions([f"--setup_file={root / 'setup.py'}", "--sdk_location=container"])

@@ -2,7 +2,7 @@
 
 recover, info, validate, merge, stats and the reader must read them as TFDS
 does, and must never reduce the number of episodes TFDS can read. Appending
-to them (tests/test_append_to_tfds_datasets.py) keeps their shards as they are.
+to them (tests/store/test_append_to_tfds_datasets.py) keeps their shards as they are.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import rlds_writer  # noqa: E402
 from rlds_writer import cli  # noqa: E402
 from rlds_writer.read.transitions import episode_end  # noqa: E402
 
-CONSUMER = str(Path(__file__).with_name("d3rlpy_consumer.py"))
+CONSUMER = str(Path(__file__).resolve().parents[1] / "d3rlpy_consumer.py")
 
 
 def _record_cartpole(path, episodes=5, cut_at=3):
