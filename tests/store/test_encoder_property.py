@@ -173,7 +173,7 @@ def _decode_np(features, data: bytes):
 
 
 @settings(
-    # A deeper search: RLDS_WRITER_PROPERTY_EXAMPLES=500 pytest tests/test_encoder_property.py
+    # A deeper search: RLDS_WRITER_PROPERTY_EXAMPLES=500 pytest tests/store/test_encoder_property.py
     max_examples=int(os.environ.get("RLDS_WRITER_PROPERTY_EXAMPLES", "30")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
