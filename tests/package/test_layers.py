@@ -101,3 +101,35 @@ def test_every_error_class_is_defined_in_errors_and_derives_from_the_base():
         value = getattr(errors, name)
         if isinstance(value, type) and issubclass(value, Exception):
             assert issubclass(value, errors.RLDSWriterError), name
+
+
+# Test folders that are not a layer: whole-package checks, documentation, the release.
+_OTHER_TEST_FOLDERS = {
+    "package": "checks of the package as a whole (layers, import-time behaviour, extras, borders)",
+    "docs": "README, docs/, notebooks and examples, run as a user would",
+    "release": "the built wheel, sdist and Docker image",
+}
+
+
+def test_every_test_folder_mirrors_a_subpackage():
+    tests = Path(__file__).resolve().parents[1]
+    subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    wrong = []
+    for folder in sorted(p for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        if folder.name not in subpackages and folder.name not in _OTHER_TEST_FOLDERS:
+            wrong.append(
+                f"tests/{folder.name}/ names no subpackage of rlds_writer"
+                f" ({', '.join(sorted(subpackages))}) nor {sorted(_OTHER_TEST_FOLDERS)}"
+            )
+        if (folder / "__init__.py").exists():
+            wrong.append(f"tests/{folder.name}/__init__.py: test folders are not packages")
+    assert not wrong, "\n".join(wrong)
+    assert not list(tests.glob("test_*.py")), "test files live in the folder of what they test"
+
+
+def test_test_file_names_are_unique_across_folders():
+    # Without __init__.py, pytest imports each test file by its basename.
+    seen: dict[str, list[str]] = {}
+    for path in Path(__file__).resolve().parents[1].rglob("test_*.py"):
+        seen.setdefault(path.name, []).append(str(path.parent.name))
+    assert not {k: v for k, v in seen.items() if len(v) > 1}
