@@ -14,8 +14,6 @@ import pytest
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
-from helpers_core import new_buffer  # noqa: E402
-
 import rlds_writer  # noqa: E402
 
 _BUILDER_DIR = Path(__file__).resolve().parents[2] / "builders" / "rlds_package"
@@ -32,8 +30,9 @@ def builder_module():
     return module
 
 
-def _record(path, seed, episodes, splits=("train",), features_shape=(3,)):
-    cfg = rlds_writer.DatasetConfig(
+def _robot(features_shape=(3,)):
+    """The recordings' features: a note per step, the worker per episode."""
+    return rlds_writer.DatasetConfig(
         name="robot",
         observation_info=tfds.features.Tensor(shape=features_shape, dtype=np.float32),
         action_info=np.int64,
@@ -42,18 +41,12 @@ def _record(path, seed, episodes, splits=("train",), features_shape=(3,)):
         step_metadata_info={"note": tfds.features.Text()},
         episode_metadata_info={"worker": np.int64},
     )
-    rng = np.random.default_rng(seed)
-    with rlds_writer.DatasetWriter(path, cfg, max_episodes_per_file=3, metadata={"w": seed}) as w:
-        for i in range(episodes):
-            buffer = new_buffer(w)
-            buffer.start(
-                rng.normal(size=features_shape).astype(np.float32), {"note": f"{seed}-{i}"}
-            )
-            for t in range(int(rng.integers(1, 5))):
-                obs = rng.normal(size=features_shape).astype(np.float32)
-                buffer.add(t, float(rng.normal()), 1.0, obs, {"note": f"{seed}-{i}-{t}"})
-            buffer.set_episode_metadata({"worker": seed})
-            w.write(buffer.finish(terminated=bool(i % 2)), splits[i % len(splits)])
+
+
+def _record_worker(record_episodes, path, seed, episodes, splits=("train",), features_shape=(3,)):
+    """A worker's recording: 3 episodes per file, its seed in metadata.json."""
+    options = dict(seed=seed, splits=splits, max_steps=4, max_episodes_per_file=3)
+    record_episodes(_robot(features_shape), path, episodes, metadata={"w": seed}, **options)
 
 
 def _episodes(builder, split):
@@ -75,10 +68,10 @@ def _assert_same(got, want):
 
 
 @pytest.fixture(scope="module")
-def sources(tmp_path_factory):
+def sources(tmp_path_factory, record_episodes):
     root = tmp_path_factory.mktemp("manual")
-    _record(root / "worker_0", seed=0, episodes=7, splits=("train", "test"))
-    _record(root / "worker_1", seed=1, episodes=5)
+    _record_worker(record_episodes, root / "worker_0", seed=0, episodes=7, splits=("train", "test"))
+    _record_worker(record_episodes, root / "worker_1", seed=1, episodes=5)
     return root
 
 
@@ -117,9 +110,9 @@ def test_package_several_recordings_resharded_keeps_order_and_values(
     assert again.info.splits["test"].num_examples == 3
 
 
-def test_sources_with_other_features_are_refused(builder_module, tmp_path):
-    _record(tmp_path / "src" / "a", seed=0, episodes=2)
-    _record(tmp_path / "src" / "b", seed=1, episodes=2, features_shape=(4,))
+def test_sources_with_other_features_are_refused(builder_module, tmp_path, record_episodes):
+    _record_worker(record_episodes, tmp_path / "src" / "a", seed=0, episodes=2)
+    _record_worker(record_episodes, tmp_path / "src" / "b", seed=1, episodes=2, features_shape=(4,))
     builder = builder_module.Builder(data_dir=str(tmp_path / "data"))
     with pytest.raises(ValueError, match="features differ"):
         builder.download_and_prepare(

@@ -78,28 +78,9 @@ class _Camera(gym.Env):
         return self._obs(), float(self.t), self.t >= 4, False, {"pole": np.float32(self.t / 2)}
 
 
-def _record(path, episodes=4, cut_at=1):
-    """Terminated episodes, one truncated by a time limit, then one cut short by close()."""
-    env = rlds_writer.RecordRLDS(
-        gym.wrappers.TimeLimit(_Camera(), max_episode_steps=3 if episodes > 2 else 10),
-        path,
-        step_fn=lambda o, a, r, te, tr, info: {
-            "info": {"pole": np.float32(info.get("pole", 0.0))},
-            "language_instruction": "reach" if o["pos"][0] < 0.5 else "hold",
-        },
-        episode_fn=lambda o, a, r, te, tr, info: {"label": "demo"},
-    )
-    env.action_space.seed(0)
-    for episode in range(episodes):
-        if episode == 1:
-            env.env._max_episode_steps = 10  # episodes after the first terminate
-        env.reset(seed=episode)
-        for t in range(10):
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            if terminated or truncated or (episode == episodes - 1 and t == cut_at):
-                break
-    env.close()
-    return Path(path)
+def _later_episodes_terminate(recorder, episode):
+    if episode == 1:
+        recorder.env._max_episode_steps = 10  # the first one was truncated at 3 steps
 
 
 def _run_lerobot(*args: str, cwd: Path) -> str:
@@ -113,8 +94,21 @@ def _last_json(stdout: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def camera(tmp_path_factory):
-    return _record(tmp_path_factory.mktemp("lerobot") / "rlds")
+def camera(tmp_path_factory, record_episodes):
+    """Terminated episodes, one truncated by a time limit, then one cut short by close()."""
+    return record_episodes(
+        gym.wrappers.TimeLimit(_Camera(), max_episode_steps=3),
+        tmp_path_factory.mktemp("lerobot") / "rlds",
+        4,
+        max_steps=10,
+        cut_last_at=1,
+        before_episode=_later_episodes_terminate,
+        step_fn=lambda o, a, r, te, tr, info: {
+            "info": {"pole": np.float32(info.get("pole", 0.0))},
+            "language_instruction": "reach" if o["pos"][0] < 0.5 else "hold",
+        },
+        episode_fn=lambda o, a, r, te, tr, info: {"label": "demo"},
+    ).path
 
 
 def _hf_features(features):

@@ -27,27 +27,18 @@ import rlds_writer  # noqa: E402
 from rlds_writer import cli  # noqa: E402
 
 
-def _record(path, episodes=6):
-    env = rlds_writer.RecordRLDS(
+@pytest.fixture(scope="module")
+def source(tmp_path_factory, record_episodes):
+    """CartPole pushed right: 6 episodes of at most 8 steps, the last cut short after 3."""
+    return record_episodes(
         gym.make("CartPole-v1", max_episode_steps=8),
-        path,
+        tmp_path_factory.mktemp("rlds") / "push_right",
+        6,
+        action=1,
+        cut_last_at=2,
         step_fn=lambda o, a, r, te, tr, info: {"info": {"cart": np.float32(o[0])}},
         episode_fn=lambda o, a, r, te, tr, info: {"label": "push-right"},
-    )
-    for episode in range(episodes):
-        env.reset(seed=episode)
-        for t in range(50):
-            _, _, terminated, truncated, _ = env.step(1)
-            if terminated or truncated or (episode == episodes - 1 and t == 2):
-                break
-    env.close()
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    path = tmp_path_factory.mktemp("rlds") / "push_right"
-    _record(path)
-    return path
+    ).path
 
 
 def test_episodes_layout_reads_back_through_convert_unchanged(source, tmp_path, capsys):

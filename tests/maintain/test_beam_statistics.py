@@ -13,40 +13,21 @@ import pytest
 tfds = pytest.importorskip("tensorflow_datasets")
 pytest.importorskip("apache_beam")
 
-from helpers_core import new_buffer  # noqa: E402
-
 import rlds_writer  # noqa: E402
 from rlds_writer.maintain import beam_statistics, field_statistics  # noqa: E402
 
-
-def _record(path, episodes=11, seed=0):
-    cfg = rlds_writer.DatasetConfig(
-        name="arm",
-        observation_info={
-            "joints": tfds.features.Tensor(shape=(2, 3), dtype=np.float32),
-            "gripper": np.float64,
-        },
-        action_info=tfds.features.Tensor(shape=(4,), dtype=np.float32),
-        reward_info=np.float32,
-        discount_info=np.float32,
-        step_metadata_info={"load": np.int32},
-    )
-    rng = np.random.default_rng(seed)
-
-    def obs():
-        return {
-            "joints": rng.normal(size=(2, 3)).astype(np.float32),
-            "gripper": float(rng.uniform()),
-        }
-
-    with rlds_writer.DatasetWriter(path, cfg, max_episodes_per_file=3) as w:
-        for i in range(episodes):
-            buffer = new_buffer(w)
-            buffer.start(obs(), {"load": np.int32(i)})
-            for t in range(int(rng.integers(1, 7))):
-                action = rng.normal(size=4).astype(np.float32) * (i + 1)
-                buffer.add(action, float(rng.normal()), 1.0, obs(), {"load": np.int32(t)})
-            w.write(buffer.finish(terminated=bool(i % 2)), "train")
+# Joints, gripper and load statistics of an arm, in 3 episodes per shard.
+ARM = rlds_writer.DatasetConfig(
+    name="arm",
+    observation_info={
+        "joints": tfds.features.Tensor(shape=(2, 3), dtype=np.float32),
+        "gripper": np.float64,
+    },
+    action_info=tfds.features.Tensor(shape=(4,), dtype=np.float32),
+    reward_info=np.float32,
+    discount_info=np.float32,
+    step_metadata_info={"load": np.int32},
+)
 
 
 def _assert_same_statistics(got, want):
@@ -63,9 +44,11 @@ def _assert_same_statistics(got, want):
 
 
 @pytest.mark.slow
-def test_beam_statistics_on_two_worker_processes_match_the_single_process_run(tmp_path):
+def test_beam_statistics_on_two_worker_processes_match_the_single_process_run(
+    tmp_path, record_episodes
+):
     path = tmp_path / "arm"
-    _record(path)
+    record_episodes(ARM, path, 11, max_episodes_per_file=3)
     reader = rlds_writer.open_dataset(path)
     assert len(reader.shard_lengths("train")) == 4  # 4 work items
     cmd = [
@@ -93,9 +76,9 @@ def test_beam_statistics_on_two_worker_processes_match_the_single_process_run(tm
     assert field_statistics.dataset_statistics(path) == got
 
 
-def test_beam_statistics_in_process_runner_with_an_output_path(tmp_path):
+def test_beam_statistics_in_process_runner_with_an_output_path(tmp_path, record_episodes):
     path = tmp_path / "arm"
-    _record(path, episodes=7, seed=3)
+    record_episodes(ARM, path, 7, seed=3, max_episodes_per_file=3)
     output = tmp_path / "out" / "stats.json"
     output.parent.mkdir()
     got = beam_statistics.beam_dataset_statistics(
@@ -106,10 +89,12 @@ def test_beam_statistics_in_process_runner_with_an_output_path(tmp_path):
     _assert_same_statistics(got, field_statistics.compute_field_statistics(path, "train"))
 
 
-def test_merged_reservoirs_are_a_sample_of_the_rows_of_the_right_size(tmp_path, monkeypatch):
+def test_merged_reservoirs_are_a_sample_of_the_rows_of_the_right_size(
+    tmp_path, monkeypatch, record_episodes
+):
     """Above SAMPLE_ROWS, the shards' samples merge into one sample of that size."""
     path = tmp_path / "arm"
-    _record(path, episodes=12, seed=5)
+    record_episodes(ARM, path, 12, seed=5, max_episodes_per_file=3)
     monkeypatch.setattr(field_statistics, "SAMPLE_ROWS", 4)
     reader = rlds_writer.open_dataset(path)
     items = beam_statistics._work_items(reader, "train")

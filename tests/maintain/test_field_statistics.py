@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -13,22 +12,14 @@ from rlds_writer.cli.main import main
 from rlds_writer.maintain import field_statistics
 
 
-def _record(path, episodes, mode="error", seed=0):
-    env = rlds_writer.RecordRLDS(gym.make("CartPole-v1"), path, name="cartpole", mode=mode)
-    rng = np.random.default_rng(seed)
-    for i in range(episodes):
-        env.reset(seed=seed + i)
-        done = False
-        while not done:
-            _, _, terminated, truncated, _ = env.step(int(rng.integers(2)))
-            done = terminated or truncated
-    env.close()
+def _coin(rng):
+    return int(rng.integers(2))
 
 
 @pytest.fixture
-def dataset(tmp_path):
+def dataset(tmp_path, record_episodes):
     path = tmp_path / "ds"
-    _record(path, 6)
+    record_episodes("CartPole-v1", path, 6, name="cartpole", action=_coin)
     return path
 
 
@@ -75,7 +66,7 @@ def test_quantiles_of_large_fields_come_from_a_uniform_sample_and_moments_stay_e
     assert np.all(np.asarray(field["q01"]) <= np.asarray(field["q99"]))
 
 
-def test_the_cache_is_reused_and_recomputed_when_shards_change(dataset):
+def test_the_cache_is_reused_and_recomputed_when_shards_change(dataset, record_episodes):
     first = rlds_writer.dataset_statistics(dataset)
     cache = dataset / "dataset_statistics_train.json"
     assert json.loads(cache.read_text())["fingerprint"] == first["fingerprint"]
@@ -83,7 +74,9 @@ def test_the_cache_is_reused_and_recomputed_when_shards_change(dataset):
     cached["reward"]["mean"] = 123.0  # had it been recomputed, this would be gone
     cache.write_text(json.dumps(cached))
     assert rlds_writer.dataset_statistics(dataset)["reward"]["mean"] == 123.0
-    _record(dataset, 2, mode="append", seed=100)
+    record_episodes(
+        "CartPole-v1", dataset, 2, name="cartpole", mode="append", seed=100, action=_coin
+    )
     again = rlds_writer.dataset_statistics(dataset)
     assert again["num_trajectories"] == first["num_trajectories"] + 2
     assert again["reward"]["mean"] != 123.0

@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import crash_child
 import numpy as np
@@ -93,21 +92,11 @@ class _Cam(gym.Env):
         return {self.key: np.full((16, 16, 3), self.t * 20, np.uint8)}, 1.0, self.t >= 4, False, {}
 
 
-def _record(env: Any, path: Path, episodes: int = 2) -> Path:
-    rec = rlds_writer.RecordRLDS(env, path)
-    for seed in range(episodes):
-        rec.reset(seed=seed)
-        for _ in range(10):
-            *_, terminated, truncated, _ = rec.step(0)
-            if terminated or truncated:
-                break
-    rec.close()
-    return path
-
-
-def test_lerobot_video_export_refuses_a_field_name_that_climbs_out(tmp_path, capsys):
+def test_lerobot_video_export_refuses_a_field_name_that_climbs_out(
+    tmp_path, capsys, record_episodes
+):
     pytest.importorskip("av")
-    src = _record(_Cam(), tmp_path / "rlds")
+    src = record_episodes(_Cam(), tmp_path / "rlds", action=0, max_steps=10).path
     out = tmp_path / "a" / "b"
     out.mkdir(parents=True)
     dest = out / "dest"
@@ -183,7 +172,7 @@ def test_rllib_module_id_with_a_separator_is_refused():
 
 
 @pytest.fixture(scope="module")
-def lerobot_video(tmp_path_factory):
+def lerobot_video(tmp_path_factory, record_episodes):
     """A LeRobot video export of a dataset with one safe camera."""
     pytest.importorskip("av")
 
@@ -192,7 +181,7 @@ def lerobot_video(tmp_path_factory):
         observation_space = gym.spaces.Dict({"rgb": _Cam.observation_space[_Cam.key]})
 
     base = tmp_path_factory.mktemp("lerobot_video")
-    src = _record(Cam(), base / "rlds")
+    src = record_episodes(Cam(), base / "rlds", action=0, max_steps=10).path
     dest = base / "lerobot"
     rlds_writer.export(src, dest, to="lerobot", video=True)
     return dest

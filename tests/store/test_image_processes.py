@@ -105,12 +105,16 @@ def _running(pid: int) -> bool:
         return False
 
 
+# Where a child process imports this module and the shared helpers from.
+_TEST_PATH = [os.path.dirname(__file__), os.path.dirname(os.path.dirname(__file__))]
+
+
 def _child_recorder(path, encoding: str, body: str) -> str:
     """Source of a child process that opens a `_Cameras` recorder on `path`, then runs `body`."""
     head = f"""
 import sys, time
 import numpy as np
-sys.path.insert(0, {os.path.dirname(__file__)!r})
+sys.path[:0] = {_TEST_PATH!r}
 from test_image_processes import _Cameras
 from rlds_writer import RecordRLDS
 from rlds_writer.store import encoding
@@ -119,12 +123,6 @@ env = RecordRLDS(_Cameras(), {str(path)!r}, image_encoding={encoding!r})
 env.reset(seed=0)
 """
     return head + textwrap.dedent(body)
-
-
-def _record(path, workers: int, episodes: int = 2, encoding: str = "jpeg") -> None:
-    env = RecordRLDS(_Cameras(), str(path), image_encoding=encoding, image_workers=workers)
-    _run_episodes(env, episodes, seed=3)
-    env.close()
 
 
 def _wrist_frames() -> list[np.ndarray]:
@@ -142,9 +140,14 @@ def _shard_bytes(path) -> bytes:
 
 
 @pytest.mark.parametrize("encoding", ["jpeg", "png"])
-def test_frames_encoded_in_worker_processes_are_the_bytes_encoded_in_process(tmp_path, encoding):
-    _record(tmp_path / "in_process", workers=0, encoding=encoding)
-    _record(tmp_path / "workers", workers=2, encoding=encoding)
+def test_frames_encoded_in_worker_processes_are_the_bytes_encoded_in_process(
+    tmp_path, encoding, record_episodes
+):
+    for name, workers in (("in_process", 0), ("workers", 2)):
+        options = dict(image_encoding=encoding, image_workers=workers)
+        record_episodes(
+            _Cameras(), tmp_path / name, seed=3, action=np.zeros(2, np.float32), **options
+        )
     assert _shard_bytes(tmp_path / "workers") == _shard_bytes(tmp_path / "in_process")
     episodes = load_episodes(tmp_path / "workers")
     assert [len(e["steps"]) for e in episodes] == [31, 31]
@@ -456,7 +459,7 @@ def test_workers_import_nothing_from_the_working_directory_or_a_relative_pythonp
         f"""
 import sys
 sys.path[:] = [p for p in sys.path if not p.startswith({str(plant)!r})]
-sys.path.insert(0, {os.path.dirname(__file__)!r})
+sys.path[:0] = {_TEST_PATH!r}
 import logging, os
 logging.basicConfig(level=logging.WARNING)
 from test_image_processes import _Cameras, _run_episodes, _worker_pids

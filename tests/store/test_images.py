@@ -67,28 +67,12 @@ class _CameraEnv(gym.Env):
         return self._obs(), 1.0, False, self.t >= self.steps, {}
 
 
-def _record(path, episodes=2, **kwargs):
-    env = RecordRLDS(_CameraEnv(), path, **kwargs)
-    observations = []
-    for seed in range(episodes):
-        obs, _ = env.reset(seed=seed)
-        episode = [obs]
-        done = False
-        while not done:
-            obs, _, term, trunc, _ = env.step(env.action_space.sample())
-            episode.append(obs)
-            done = term or trunc
-        observations.append(episode)
-    env.close()
-    return observations
-
-
 def _stack(episode, key):
     return np.stack([obs[key] for obs in episode])
 
 
-def test_png_default_stores_images_and_depth_as_image_features_exactly(tmp_path):
-    want = _record(tmp_path / "ds")
+def test_png_default_stores_images_and_depth_as_image_features_exactly(tmp_path, record_episodes):
+    want = record_episodes(_CameraEnv(), tmp_path / "ds").observations
     steps = tfds.builder_from_directory(os.fspath(tmp_path / "ds")).info.features["steps"]
     obs = steps.feature["observation"]
     for key, dtype in [
@@ -114,8 +98,11 @@ def test_png_default_stores_images_and_depth_as_image_features_exactly(tmp_path)
             assert our_ep["steps"]["observation"][key].dtype == expected.dtype
 
 
-def test_jpeg_images_decode_the_same_in_tfds_and_our_reader(tmp_path):
-    want = _record(tmp_path / "ds", image_encoding="jpeg", jpeg_quality=90)
+def test_jpeg_images_decode_the_same_in_tfds_and_our_reader(tmp_path, record_episodes):
+    recording = record_episodes(
+        _CameraEnv(), tmp_path / "ds", image_encoding="jpeg", jpeg_quality=90
+    )
+    want = recording.observations
     obs = (
         tfds.builder_from_directory(os.fspath(tmp_path / "ds"))
         .info.features["steps"]
