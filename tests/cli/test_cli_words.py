@@ -6,27 +6,17 @@ code dispatches on (`rlds_writer.interop.FORMATS`, `EXPORT_FORMATS`).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from helpers_core import run_cli
 
 import rlds_writer
 from rlds_writer.errors import counted
 from rlds_writer.interop import EXPORT_FORMATS, FORMATS
 
-BIN = Path(sys.executable).parent / "rlds-writer"
-ENV = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-
 
 def _run(*args, expect=0):
-    result = subprocess.run(
-        [str(BIN), *map(str, args)], capture_output=True, text=True, env=ENV, timeout=600
-    )
-    assert result.returncode == expect, (result.stdout, result.stderr)
-    return result
+    # What the commands say, not the process around them: through main(), in this process.
+    return run_cli(*args, expect=expect)
 
 
 def _flat(text):
