@@ -13,6 +13,7 @@ import ast
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,10 +27,15 @@ FENCE = re.compile(
 )
 RUNNABLE = ("python", "bash")
 
-# What a doc's examples expect to find, recorded before its blocks run.
+# What a doc's examples expect to find under /data/: recorded once (DATA_SETUP)
+# and copied into each doc's fresh directory before its blocks run.
 SETUP = """
-import subprocess, sys, os
+import os
 DATA = os.path.join(os.getcwd(), "data")
+"""
+
+DATA_SETUP = """
+import subprocess, sys
 def record(path, episodes=40):
     subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "rlds-writer"), "record",
@@ -54,7 +60,24 @@ for t in range(300):
         run1.reset()
 run1.close()
 """
-SETUP += RUN1_SETUP
+DATA_SETUP += RUN1_SETUP
+
+
+@pytest.fixture(scope="module")
+def doc_data(tmp_path_factory) -> Path:
+    """The datasets the docs read (/data/catch, /data/run1), recorded once."""
+    where = tmp_path_factory.mktemp("doc_data")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    result = subprocess.run(
+        [sys.executable, "-c", SETUP + DATA_SETUP],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return where / "data"
 
 
 def _blocks(path: Path) -> list[tuple[str, str, str | None]]:
@@ -118,15 +141,17 @@ def _missing_modules(script: str) -> list[str]:
 # has them. The check that every block is runnable stays in the quick loop.
 @pytest.mark.slow
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
-def test_python_blocks_run(path, tmp_path):
+def test_python_blocks_run(path, tmp_path, doc_data):
     script = _script(path, tmp_path)
     if not script:
         pytest.skip(f"{path.name} has no runnable python block")
     # An image or venv without some extras (e.g. the lean Docker image) skips the
     # docs that need them rather than failing on ImportError.
-    missing = _missing_modules(SETUP + script)
+    missing = _missing_modules(DATA_SETUP + script)
     if missing:
         pytest.skip(f"{path.name} imports {', '.join(missing)}, not installed (an extra)")
+    # A copy: blocks may append to, merge or delete what they read.
+    shutil.copytree(doc_data, tmp_path / "data", symlinks=True)
     (tmp_path / "doc_blocks.py").write_text(SETUP + "\n" + script)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     result = subprocess.run(

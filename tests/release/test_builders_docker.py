@@ -42,7 +42,10 @@ def test_default_image_installs_the_readme_lean_command_and_runs_the_tests():
 def test_full_image_installs_the_readme_everything_command():
     install = _dockerfile_pip_install("all,test")
     (everything,) = [c for c in _readme_commands() if install in c]
-    assert everything.endswith(".venv/bin/python -m pytest -q")
+    # The default run, then the release checks (built wheel, fresh venv from the index).
+    assert everything.endswith(
+        " && .venv/bin/python -m pytest -q && .venv/bin/python -m pytest -q -m release"
+    )
 
 
 def test_ci_runs_the_readme_test_command_and_nothing_names_an_index_but_pypi():

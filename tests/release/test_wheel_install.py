@@ -145,6 +145,7 @@ def release(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.release
 def test_the_release_passes_twine_check_and_declares_version_license_and_classifiers(release):
     import tarfile
     import zipfile
@@ -188,6 +189,7 @@ def test_the_release_passes_twine_check_and_declares_version_license_and_classif
 
 
 @pytest.mark.slow
+@pytest.mark.release
 def test_the_wheel_installs_with_the_lean_extras_and_runs_the_readme_quick_start(release, tmp_path):
     # A venv that sees nothing else: pip resolves every dependency from the index.
     venv.EnvBuilder(with_pip=True).create(tmp_path / "venv")
