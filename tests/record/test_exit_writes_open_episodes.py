@@ -38,13 +38,28 @@ SCRIPTS = {
 }
 
 
-@pytest.mark.parametrize("kind", sorted(SCRIPTS))
-def test_open_episodes_are_written_cut_short_at_interpreter_exit(tmp_path, kind):
-    out = tmp_path / "ds"
-    code = f"OUT = {str(out)!r}\n" + textwrap.dedent(SCRIPTS[kind])
+@pytest.fixture(scope="module")
+def exited(tmp_path_factory):
+    """One interpreter that opens every kind of recorder, each on its own dataset, and exits.
+
+    One process for all: each recorder must write its own open episode, whatever
+    the others hold open at exit.
+    """
+    root = tmp_path_factory.mktemp("exit")
+    # Each recorder stays referenced (KEEP) until the interpreter exits.
+    code = "KEEP = []\n" + "".join(
+        f"OUT = {str(root / kind)!r}\n" + textwrap.dedent(SCRIPTS[kind]) + "KEEP.append(env)\n"
+        for kind in sorted(SCRIPTS)
+    )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
+    return root
+
+
+@pytest.mark.parametrize("kind", sorted(SCRIPTS))
+def test_open_episodes_are_written_cut_short_at_interpreter_exit(exited, kind):
+    out = exited / kind
     episodes = list(tfds.builder_from_directory(str(out)).as_dataset(split="train"))
     assert len(episodes) == (2 if kind == "vector" else 1)
     for episode in episodes:
