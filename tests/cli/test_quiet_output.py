@@ -199,13 +199,17 @@ def _tf_prints_log_lines_at_import(env):
     return [line for line in result.stderr.splitlines() if ABSL_LINE.match(line)]
 
 
+# Three processes importing TensorFlow for the opt-in path: slow.
+@pytest.mark.slow
 def test_verbose_and_a_users_tf_cpp_min_log_level_let_tensorflow_log(catch):
-    if not _tf_prints_log_lines_at_import(_user_env(TF_CPP_MIN_LOG_LEVEL="0")):
-        pytest.skip("this TensorFlow prints no log line at import on this machine")
+    users = _cli("validate", catch, env=_user_env(TF_CPP_MIN_LOG_LEVEL="0"))
+    if not any(ABSL_LINE.match(line) for line in users.stderr.splitlines()):
+        # Fine only where TensorFlow itself has nothing to say (CPU-dependent).
+        if not _tf_prints_log_lines_at_import(_user_env(TF_CPP_MIN_LOG_LEVEL="0")):
+            pytest.skip("this TensorFlow prints no log line at import on this machine")
+        raise AssertionError(f"TF_CPP_MIN_LOG_LEVEL=0 held TensorFlow's lines back: {users.stderr}")
     verbose = _cli("--verbose", "validate", catch)
     assert any(ABSL_LINE.match(line) for line in verbose.stderr.splitlines()), verbose.stderr
-    users = _cli("validate", catch, env=_user_env(TF_CPP_MIN_LOG_LEVEL="0"))
-    assert any(ABSL_LINE.match(line) for line in users.stderr.splitlines()), users.stderr
 
 
 # A stand-in `tensorflow` package writing what TensorFlow writes at import,
