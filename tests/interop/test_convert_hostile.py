@@ -217,6 +217,8 @@ def test_npz_object_array_is_refused_without_unpickling(tmp_path, capsys):
     _both(capsys, tmp_path, "npz-dir", src, r"observations\.npy is object\[2\]", "pickle")
 
 
+# Slow: a child process inflating a 1.5 MB bomb, memory measured.
+@pytest.mark.slow
 def test_npz_deflate_bomb_is_refused_within_bounded_memory(tmp_path, capsys):
     src = tmp_path / "npz"
     src.mkdir()

@@ -268,6 +268,8 @@ def test_a_features_json_nested_without_end_is_refused(dataset):
             call(dataset)
 
 
+# Slow: a child process, memory measured.
+@pytest.mark.slow
 def test_a_zlib_bomb_is_refused_within_bounded_memory(tmp_path):
     import resource
     import zlib

@@ -183,6 +183,8 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
 
 
+# Slow: fresh processes at 150 and 600 steps, memory compared.
+@pytest.mark.slow
 def test_show_memory_does_not_grow_with_episode_length(tmp_path):
     peaks = {}
     for steps in (150, 600):

@@ -106,7 +106,13 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# The RLlib export case took 15.7 s under load, 3-6x each other case: slow.
+_SLOW_CASES = {"export --to rllib-episodes"}
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=pytest.mark.slow) if c in _SLOW_CASES else c for c in CASES]
+)
 def test_the_command_line_names_the_extra_to_install(tmp_path, catch, case):
     blocked, argv, expected = CASES[case]
     argv = [str(catch) if a == "SRC" else a.replace("SRC", str(tmp_path / "src")) for a in argv]

@@ -28,6 +28,8 @@ def _python(code: str) -> subprocess.CompletedProcess:
     )
 
 
+# Slow: a fresh interpreter importing TensorFlow and torch.
+@pytest.mark.slow
 def test_tensorflow_imported_after_rlds_writer_keeps_its_symbols_out_of_the_global_table():
     # dlsym over the whole process (ctypes.CDLL(None)) finds a symbol only if a
     # library put it in the global table: TensorFlow's LLVM must not be there.

@@ -483,6 +483,8 @@ def test_corrupt_array_record_raises_naming_the_file(tmp_path):
         list(reader_lib.open_dataset(path)["train"])
 
 
+# Slow: a fresh interpreter where TensorFlow cannot import.
+@pytest.mark.slow
 def test_reader_runs_where_importing_tensorflow_fails(tmp_path):
     _catch_dataset(tmp_path / "catch", episodes=3)
     _catch_dataset(tmp_path / "catch_ar", episodes=3, fmt="array_record")

@@ -172,6 +172,9 @@ def _decode_np(features, data: bytes):
     return decoded
 
 
+# 30 random configs, each encoded by us and by TFDS: slow (the roundtrip tests of
+# tests/store/test_feature_roundtrip.py check every feature kind in the quick loop).
+@pytest.mark.slow
 @settings(
     # A deeper search: RLDS_WRITER_PROPERTY_EXAMPLES=500 pytest tests/store/test_encoder_property.py
     max_examples=int(os.environ.get("RLDS_WRITER_PROPERTY_EXAMPLES", "30")),

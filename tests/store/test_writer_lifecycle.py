@@ -120,6 +120,9 @@ def test_error_in_writer_thread_reaches_caller_and_keeps_earlier_episodes(tmp_pa
     assert len(episodes) == 2
 
 
+# Slow: a fresh interpreter that exits with an episode open (the recorders:
+# tests/record/test_exit_writes_open_episodes.py).
+@pytest.mark.slow
 def test_interpreter_exit_writes_the_open_episode_cut_short(tmp_path):
     script = textwrap.dedent(
         f"""
