@@ -62,7 +62,9 @@ def wheel(tmp_path_factory) -> Path:
 
 
 def _venv(path: Path) -> Path:
-    venv.EnvBuilder(with_pip=True).create(path)
+    # No pip of its own (ensurepip costs tens of seconds): this interpreter's pip
+    # installs into it (`pip --python`).
+    venv.EnvBuilder(with_pip=False).create(path)
     python = path / "bin" / "python"
     if not _FULL:
         purelib = _run(
@@ -78,12 +80,15 @@ def _venv(path: Path) -> Path:
 @pytest.mark.slow
 def test_built_wheel_installs_in_a_fresh_venv_and_records_a_dataset(wheel, tmp_path):
     python = _venv(tmp_path / "venv")
-    pip = [str(python), "-m", "pip", "install", str(wheel)]
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", str(wheel)]
     _run(pip if _FULL else [*pip, "--no-deps"], cwd=tmp_path, timeout=1800 if _FULL else 300)
     if not _FULL:
         # Only our requirements: the venv's own old setuptools may not satisfy others'.
         check = subprocess.run(
-            [str(python), "-m", "pip", "check"], capture_output=True, text=True, timeout=120
+            [sys.executable, "-m", "pip", "--python", str(python), "check"],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         ours = [line for line in check.stdout.splitlines() if line.startswith("rlds")]
         assert not ours, ours
