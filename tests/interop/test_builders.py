@@ -170,6 +170,8 @@ def test_tfds_build_cli_array_record(sources, tmp_path):
     )
 
 
+# Slow: a Beam pipeline (20 s under load).
+@pytest.mark.slow
 def test_beam_direct_runner_gives_the_same_dataset(builder_module, sources, tmp_path):
     beam = pytest.importorskip("apache_beam")
     builder = builder_module.Builder(data_dir=str(tmp_path / "data"))

@@ -268,6 +268,8 @@ def _fresh_export(*args, pythonpath=()):
     return result.stdout
 
 
+# Slow: CLI exports from a fresh shell, loaded by Minari and RLlib (18 s under load).
+@pytest.mark.slow
 def test_an_unregistered_custom_env_exports_from_a_fresh_shell(tmp_path, minari_root, custom_env):
     env = rlds_writer.RecordRLDS(gym.make("RLDSCustom-v0"), tmp_path / "rlds")
     for seed in range(3):

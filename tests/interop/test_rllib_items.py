@@ -249,6 +249,8 @@ def _decode_and_convert(item):
         return e
 
 
+# Slow: a long fuzz run (5 s under load).
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_fuzz_crafted_msgpack_numpy_maps_never_unpickle(fuzz_marker, data):
@@ -257,6 +259,8 @@ def test_fuzz_crafted_msgpack_numpy_maps_never_unpickle(fuzz_marker, data):
     assert not fuzz_marker.exists()
 
 
+# Slow: a long fuzz run (6 s under load).
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_fuzz_real_states_with_crafted_values_raise_only_source_errors(

@@ -219,6 +219,8 @@ def _read_all(shard, count: int) -> list:
     return out
 
 
+# Slow: a long fuzz run (6 s under load).
+@pytest.mark.slow
 @FUZZ
 @given(records=payloads, data=st.data())
 def test_index_cache_crafted_never_gives_the_wrong_record(tmp_path, records, data):
@@ -453,6 +455,8 @@ def _parse_and_decode(config, records):
     return parsed
 
 
+# Slow: a long fuzz run (9 s under load).
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_features_json_mutated_raises_only_our_errors_and_decodes_safely(recorded, data):

@@ -178,6 +178,9 @@ def test_bombs_are_refused_in_one_line_at_a_bounded_memory_cost(tmp_path, baseli
     assert read["peak_mb"] - baseline_mb < 24, (read, baseline_mb)
 
 
+# Slow: a fresh `rlds-writer show` process per bomb, memory measured (the
+# reader's refusal of each bomb stays in the quick loop).
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["16-bit PNG of zeros", "GIF"])
 def test_show_refuses_bombs_in_one_line(tmp_path, kind, baseline_mb):
     feature, frames, match = _BOMBS[kind]

@@ -286,6 +286,8 @@ def test_decoded_dtypes_follow_tfds_rules(kinds_datasets):
     assert obs["png"].shape == (3, 6, 5, 3) and obs["png"].flags.writeable
 
 
+# Slow: TFDS loads every slice of every split form (15 s under load).
+@pytest.mark.slow
 def test_split_slices_select_the_same_episodes_as_tfds(tmp_path):
     import tensorflow_datasets as tfds
 
