@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers_core import run_cli
 
 import rlds_writer
 
@@ -26,6 +27,9 @@ def _run(*args, expect=1, **kwargs):
     return result
 
 
+# What a command says to a mistake is checked through main() in this process
+# (run_cli: a traceback would fail the test as it is raised); the tests about
+# the process itself (Ctrl-C, a closed pipe, two runs in a row) start real ones.
 def _one_line_error(result, *needles):
     lines = result.stderr.strip().splitlines()
     assert "Traceback" not in result.stderr, result.stderr
@@ -37,21 +41,21 @@ def _one_line_error(result, *needles):
 def test_record_output_that_is_a_file_is_refused_and_the_file_kept(tmp_path):
     target = tmp_path / "notes.txt"
     target.write_text("mine")
-    result = _run("record", "--output", target, "--episodes", "2")
+    result = run_cli("record", "--output", target, "--episodes", "2", expect=1)
     _one_line_error(result, "--output", "expected a directory", "got an existing file")
     assert target.read_text() == "mine"
 
 
 @pytest.mark.parametrize("rows", ["1", "0", "-3"])
 def test_record_with_too_few_rows_names_the_option(tmp_path, rows):
-    result = _run("record", "--output", tmp_path / "ds", "--rows", rows)
+    result = run_cli("record", "--output", tmp_path / "ds", "--rows", rows, expect=1)
     _one_line_error(result, "--rows", "expected rows >= 2")
     assert not (tmp_path / "ds" / "dataset_info.json").exists()
 
 
 def test_convert_d4rl_given_a_directory_says_to_pass_the_file(tmp_path):
     (tmp_path / "src").mkdir()
-    result = _run("convert", "--from", "d4rl-hdf5", tmp_path / "src", tmp_path / "out")
+    result = run_cli("convert", "--from", "d4rl-hdf5", tmp_path / "src", tmp_path / "out", expect=1)
     _one_line_error(result, "expected a D4RL-style .hdf5 file", "found a directory")
 
 
@@ -105,7 +109,7 @@ def test_ctrl_c_in_record_reports_the_episodes_safely_on_disk(tmp_path):
 
 def test_info_piped_into_a_closed_reader_exits_quietly(tmp_path):
     ds = tmp_path / "ds"
-    _run("record", "--output", ds, "--episodes", "3", "--no-load-back", expect=0)
+    run_cli("record", "--output", ds, "--episodes", "3", "--no-load-back")  # the data, not the test
     # The reading end is closed before the tool prints anything (`... | head -0`):
     # its first write meets a broken pipe, which must not become a traceback.
     proc = subprocess.Popen(
