@@ -65,11 +65,11 @@ _EXTRAS["test"] = [
     "hypothesis>=6.100",
     "ruff>=0.5",
     "psutil>=5.9",
-    # tests/test_colabs.py executes the notebooks
+    # tests/docs/test_colabs.py executes the notebooks
     "nbclient>=0.10",
     "nbformat>=5.9",
     "ipykernel>=6.29",
-    # tests/test_wheel_install.py builds the sdist and wheel as a release does
+    # tests/release/test_wheel_install.py builds the sdist and wheel as a release does
     "build>=1.2",
     "twine>=5",
     "setuptools>=77",

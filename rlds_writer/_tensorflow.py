@@ -11,7 +11,7 @@ cost nothing when it is never imported.
   (`show_tensorflow_logs`).
 - RTLD_LOCAL: TensorFlow 2.20-2.21 loads its runtime RTLD_GLOBAL, and its LLVM
   then makes triton (which PyPI's CUDA torch imports at its first optimizer)
-  abort the process (tests/test_tensorflow_loading.py).
+  abort the process (tests/package/test_tensorflow_loading.py).
 
 This module is never reloaded by `importlib.reload(rlds_writer)`, so its state
 (whether the log level is ours) and its finders stay installed exactly once.

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
 
+import numpy as np
 import pytest
 
 # Before any test module imports TensorFlow: rlds_writer makes TensorFlow load
@@ -12,6 +16,8 @@ import rlds_writer  # noqa: F401
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+TESTS = Path(__file__).resolve().parent
 
 
 # Fixtures whose tests are `slow` (left out of the quick loop `pytest -m "not
@@ -30,9 +36,11 @@ def pytest_collection_modifyitems(items):
 def ray_session():
     """One Ray instance for every RLlib test; runner processes import env classes from tests/."""
     ray = pytest.importorskip("ray")
-    path = os.pathsep.join(
-        p for p in (os.path.dirname(__file__), os.environ.get("PYTHONPATH")) if p
-    )
+    # Test modules (which define the envs) are imported from their own folder.
+    folders = [str(TESTS)] + [
+        str(p) for p in sorted(TESTS.iterdir()) if p.is_dir() and p.name.isalpha()
+    ]
+    path = os.pathsep.join(folders + [p for p in (os.environ.get("PYTHONPATH"),) if p])
     ray.init(
         num_cpus=2,
         include_dashboard=False,
@@ -63,6 +71,168 @@ def catch(tmp_path_factory):
             timestep = env.step(1)
     env.close()
     return path
+
+
+class Recording(NamedTuple):
+    """What `record_episodes` wrote: the dataset and, for an env, each episode's observations."""
+
+    path: Path
+    observations: list[list[Any]]
+
+
+def _record_env(
+    env: Any,
+    path: Path,
+    episodes: int,
+    *,
+    action: Any,
+    seed: int,
+    max_steps: int | None,
+    cut_last_at: int | None,
+    before_episode: Callable[[Any, int], None] | None,
+    **recorder_options: Any,
+) -> Recording:
+    import gymnasium as gym
+
+    recorder = rlds_writer.RecordRLDS(
+        gym.make(env) if isinstance(env, str) else env, path, **recorder_options
+    )
+    rng = np.random.default_rng(seed)
+    recorder.action_space.seed(seed)
+    observed = []
+    for episode in range(episodes):
+        if before_episode is not None:
+            before_episode(recorder, episode)
+        obs, _ = recorder.reset(seed=seed + episode)
+        observed.append([obs])
+        t = 0
+        while max_steps is None or t < max_steps:
+            if isinstance(action, str) and action == "sample":
+                chosen = recorder.action_space.sample()
+            else:
+                chosen = action(rng) if callable(action) else action
+            obs, _, terminated, truncated, _ = recorder.step(chosen)
+            observed[-1].append(obs)
+            if terminated or truncated or (episode == episodes - 1 and t == cut_last_at):
+                break  # the last episode, cut short, is written by close()
+            t += 1
+    recorder.close()
+    return Recording(Path(path), observed)
+
+
+def _record_config(
+    config: Any,
+    path: Path,
+    episodes: int,
+    *,
+    seed: int,
+    splits: Sequence[str],
+    max_steps: int | None,
+    **writer_options: Any,
+) -> Recording:
+    from helpers_core import new_buffer
+
+    rng = np.random.default_rng(seed)
+    step_meta = config.step_metadata_info or {}
+    episode_meta = config.episode_metadata_info or {}
+
+    def draw(feature: Any) -> Any:
+        return _plain_value(feature, rng) if feature else None
+
+    with rlds_writer.store.DatasetWriter(path, config, **writer_options) as writer:
+        for episode in range(episodes):
+            buffer = new_buffer(writer)
+            buffer.start(draw(config.observation_info), draw(step_meta))
+            for _ in range(int(rng.integers(1, (max_steps or 6) + 1))):
+                buffer.add(
+                    draw(config.action_info),
+                    draw(config.reward_info),
+                    draw(config.discount_info),
+                    draw(config.observation_info),
+                    draw(step_meta),
+                )
+            if episode_meta:
+                buffer.set_episode_metadata(draw(episode_meta))
+            # Terminated and cut-short episodes alternate; so do the splits.
+            finished = buffer.finish(terminated=bool(episode % 2))
+            writer.write(finished, splits[episode % len(splits)])
+    return Recording(Path(path), [])
+
+
+def _plain_value(feature: Any, rng: np.random.Generator) -> Any:
+    """Ordinary values of a feature (no NaN or extremes: see helpers_core.random_value)."""
+    import tensorflow_datasets as tfds
+
+    if isinstance(feature, dict | tfds.features.FeaturesDict):
+        return {key: _plain_value(value, rng) for key, value in feature.items()}
+    if isinstance(feature, tfds.features.Text):
+        return f"text-{int(rng.integers(1000))}"
+    if not isinstance(feature, tfds.features.FeatureConnector):
+        feature = tfds.features.Tensor(shape=(), dtype=feature)
+    dtype = np.dtype(feature.np_dtype)
+    if dtype.kind == "f":
+        return rng.normal(size=feature.shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size=feature.shape).astype(bool)
+    return rng.integers(0, 100, size=feature.shape).astype(dtype)
+
+
+@pytest.fixture(scope="session")
+def record_episodes() -> Callable[..., Recording]:
+    """The recorder of test data: `record_episodes(source, path, episodes=2, **options)`.
+
+    `source` is a Gymnasium env (or an env id), recorded with `RecordRLDS`:
+    episode i is reset with `seed + i` and played with `action` (an action, the
+    string "sample" for the action space sampled from `seed`, or a function of
+    a numpy Generator seeded with `seed`) until it ends, or for at most
+    `max_steps` steps; with `cut_last_at=t` the last episode is left open after
+    its step t and `close()` writes it cut short; `before_episode(recorder, i)`
+    runs before each reset. Other options go to `RecordRLDS`.
+
+    Or `source` is a `DatasetConfig`: random values of its features, written
+    with `DatasetWriter` (episodes of 1 to `max_steps` (6) steps, terminated
+    and cut short in turn, spread over `splits`). Other options go to
+    `DatasetWriter` (`max_episodes_per_file`, `metadata`, `mode`...).
+
+    Session-scoped, so module-scoped fixtures can use it too.
+    """
+
+    def record(
+        source: Any,
+        path: Any,
+        episodes: int = 2,
+        *,
+        seed: int = 0,
+        max_steps: int | None = None,
+        action: Any = "sample",
+        cut_last_at: int | None = None,
+        before_episode: Callable[[Any, int], None] | None = None,
+        splits: Sequence[str] = ("train",),
+        **options: Any,
+    ) -> Recording:
+        if isinstance(source, rlds_writer.DatasetConfig):
+            return _record_config(
+                source,
+                Path(path),
+                episodes,
+                seed=seed,
+                splits=splits,
+                max_steps=max_steps,
+                **options,
+            )
+        return _record_env(
+            source,
+            Path(path),
+            episodes,
+            action=action,
+            seed=seed,
+            max_steps=max_steps,
+            cut_last_at=cut_last_at,
+            before_episode=before_episode,
+            **options,
+        )
+
+    return record
 
 
 # S3 (moto) and GCS (emulator) servers on loopback and a fresh bucket per test.

@@ -145,9 +145,12 @@ def consumer_python(name: str, requirements: Sequence[str], shared: Sequence[str
         start = time.monotonic()
         # Outside the venv's folder: pip never uninstalls what lies outside it.
         links = VENVS / "shared" / name
+        # This interpreter's pip installs into the venv (`pip --python`, pip >= 22.3):
+        # seeding the venv with a pip of its own (ensurepip) costs tens of seconds.
         commands = [
-            [sys.executable, "-m", "venv", str(venv)],
-            [str(python), "-m", "pip", "install", *requirements, "-e", str(ROOT)],
+            [sys.executable, "-m", "venv", "--without-pip", str(venv)],
+            [sys.executable, "-m", "pip", "--python", str(python), "install", *requirements]
+            + ["-e", str(ROOT)],
         ]
         for i, command in enumerate(commands):
             if i == 1 and shared:

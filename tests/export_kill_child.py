@@ -1,4 +1,4 @@
-"""An export that stops halfway and waits to be killed, for tests/test_export_killed.py.
+"""An export that stops halfway and waits to be killed, for tests/interop/test_export_killed.py.
 
     python tests/export_kill_child.py SRC DEST FORMAT MARKER AFTER
 

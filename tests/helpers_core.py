@@ -301,3 +301,45 @@ def fuzz_settings(default_examples: int) -> Any:
             HealthCheck.function_scoped_fixture,
         ],
     )
+
+
+@dataclasses.dataclass
+class CliResult:
+    """What one `rlds-writer` command printed, and its exit code."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: Any, expect: int | None = 0) -> CliResult:
+    """Runs `rlds-writer ARGS` in this process through the CLI's `main()`.
+
+    For tests of what a command says and does, not of the process around it:
+    a traceback (an exception `main()` lets through) fails the test as it is
+    raised. Output that bypasses `sys.stdout`/`sys.stderr` (TensorFlow's C++
+    logs on file descriptor 2) is not captured: tests/cli/test_quiet_output.py
+    checks that in real processes. `expect` is the exit code (None: any).
+    """
+    import contextlib
+    import io
+    import logging
+
+    from rlds_writer.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    # What the process's logging.basicConfig would print: warnings and errors.
+    handler = logging.StreamHandler(err)
+    handler.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(handler)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as e:  # argparse: --help, usage errors
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    finally:
+        logging.getLogger().removeHandler(handler)
+    result = CliResult(code, out.getvalue(), err.getvalue())
+    assert expect is None or code == expect, (args, result)
+    return result

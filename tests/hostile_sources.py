@@ -1,6 +1,6 @@
 """Builders of small source files for the importers, honest and hostile.
 
-Used by tests/test_convert_hostile.py and tests/test_fuzz_importers.py. Every
+Used by tests/interop/test_convert_hostile.py and tests/interop/test_fuzz_importers.py. Every
 file is built in the test's tmp dir; nothing is downloaded.
 """
 

@@ -1,6 +1,6 @@
 """Runs rlds's own transformations on a recorded dataset; prints the results as JSON.
 
-Run by tests/test_rlds_library.py in a fresh interpreter of the project's
+Run by tests/interop/test_rlds_library.py in a fresh interpreter of the project's
 venv (`python rlds_library_child.py <dataset dir>`), so `import rlds` is a
 user's first import, with nothing of the test process loaded.
 """

@@ -164,7 +164,7 @@ def test_a_damaged_record_in_a_bucket_is_named_as_locally(local, object_store, t
     upload(damaged, url)
     errors = []
     for where in (damaged, url):
-        with pytest.raises(rlds_writer.CorruptRecordError) as raised:
+        with pytest.raises(rlds_writer.errors.CorruptRecordError) as raised:
             list(rlds_writer.open_dataset(where).episodes("train"))
         errors.append((raised.value.offset, str(raised.value).replace(str(where), "<ds>")))
     assert errors[0] == errors[1]
