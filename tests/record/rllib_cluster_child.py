@@ -1,0 +1,199 @@
+"""A two-node Ray cluster on loopback, a tiny PPO recording, and what reached the dataset.
+
+Run by tests/record/test_rllib_cluster.py as the first process of new PID,
+network and mount namespaces (`unshare --net --pid --fork --kill-child
+--mount-proc`): everything started here ends when this process exits, and
+no Ray outside is reachable or touched.
+
+    python rllib_cluster_child.py WORKDIR SCENARIO RESULT_JSON
+
+The head node runs the driver and one EnvRunner; a second node, started in a
+mount namespace of its own with a tmpfs over the output root's parent, cannot
+see the driver's files; a custom resource (`slot`, one per node) puts the
+other EnvRunner there. SCENARIO: `single` (CartPole) or `multi` (two
+modules). The EnvRunner on the second node is killed after the first
+`train()` (Ray restarts it, on that node: the only free `slot`). The result
+holds RLlib's lifetime episode counter, the episodes in the merged dataset
+and the error `algo.stop()` raised, if any.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_nodes(work: str, hidden: str) -> tuple[str, list[subprocess.Popen]]:
+    port = _free_port()
+    temp = os.path.join(work, "ray")
+    os.makedirs(temp, exist_ok=True)
+    env = {**os.environ, "RAY_TMPDIR": temp}
+    common = [
+        "--node-ip-address",
+        "127.0.0.1",
+        "--num-cpus",
+        "1",
+        "--object-store-memory",
+        str(80 * 1024 * 1024),
+        "--resources",
+        json.dumps({"slot": 1}),
+        "--block",
+    ]
+    head = subprocess.Popen(
+        [RAY, "start", "--head", "--port", str(port), "--temp-dir", temp]
+        + ["--include-dashboard", "false", "--disable-usage-stats", *common],
+        env=env,
+    )
+    address = f"127.0.0.1:{port}"
+    # The second node sees a fresh tmpfs where the driver keeps the output root.
+    script = 'mount -t tmpfs tmpfs "$1" && shift && exec "$@"'
+    second = subprocess.Popen(
+        ["unshare", "-m", "sh", "-c", script, "sh", hidden, RAY, "start", "--address", address]
+        + common,
+        env=env,
+    )
+    return address, [head, second]
+
+
+def _wait_for_port(address: str) -> None:
+    host, port = address.split(":")
+    for _ in range(240):
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"the head node never listened on {address}")
+
+
+def _config(scenario: str, root: str) -> Any:
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from rlds_writer.record.rllib import RLDSRecorder
+
+    config = PPOConfig()
+    if scenario == "multi":
+        from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+
+        config = config.environment(MultiAgentCartPole, env_config={"num_agents": 2}).multi_agent(
+            policies={"p0", "p1"},
+            policy_mapping_fn=lambda agent_id, episode, **kw: f"p{agent_id}",
+        )
+    else:
+        config = config.environment("CartPole-v1")
+    return (
+        config.env_runners(
+            num_env_runners=2,
+            num_envs_per_env_runner=1,
+            rollout_fragment_length=16,
+            num_cpus_per_env_runner=0,
+            custom_resources_per_env_runner={"slot": 1},
+        )
+        .learners(num_learners=0)
+        .training(train_batch_size_per_learner=128, minibatch_size=64, num_epochs=1)
+        .rl_module(model_config={"fcnet_hiddens": [8]})
+        .fault_tolerance(restart_failed_env_runners=True)
+        .callbacks(RLDSRecorder.with_options(root, name="cluster"))
+    )
+
+
+def _kill_remote_runner(algo: Any, driver_node: str) -> dict[str, Any]:
+    import ray
+
+    def where(runner: Any) -> tuple[str, int]:
+        return ray.get_runtime_context().get_node_id(), os.getpid()
+
+    for actor in algo.env_runner_group._worker_manager.actors().values():
+        node, pid = ray.get(actor.__ray_call__.remote(where))
+        if node != driver_node:
+            ray.kill(actor, no_restart=False)
+            for _ in range(60):
+                try:
+                    new = ray.get(actor.__ray_call__.remote(where), timeout=20)
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                    time.sleep(0.5)
+                    continue
+                if new[1] != pid:
+                    return {"killed_pid": pid, "restarted_on": new[0]}
+            raise AssertionError("the killed EnvRunner was not restarted")
+    raise AssertionError("no EnvRunner on the second node")
+
+
+def _merged_counts(merged: str) -> dict[str, int]:
+    import tensorflow_datasets as tfds
+
+    paths = [merged]
+    if not os.path.exists(os.path.join(merged, "features.json")):
+        paths = sorted(os.path.join(merged, m) for m in os.listdir(merged))
+    counts: dict[str, int] = {}
+    for path in paths:
+        builder = tfds.builder_from_directory(path)
+        for split in builder.info.splits:
+            n = sum(1 for _ in builder.as_dataset(split=split))
+            key = f"{os.path.basename(path)}/{split}" if path != merged else split
+            counts[key] = n
+    return counts
+
+
+def main() -> None:
+    work, scenario, result_path = sys.argv[1:4]
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    # Loopback of a network namespace of our own: no token to share between the nodes.
+    os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    hidden = os.path.join(work, "out")
+    root = os.path.join(hidden, "run")
+    os.makedirs(root)
+    address, nodes = _start_nodes(work, hidden)
+    result: dict[str, Any] = {}
+    try:
+        import ray
+
+        _wait_for_port(address)
+        ray.init(address=address, log_to_driver=False)
+        for _ in range(120):
+            if len([n for n in ray.nodes() if n["Alive"]]) == 2:
+                break
+            time.sleep(1)
+        driver_node = ray.get_runtime_context().get_node_id()
+        algo = _config(scenario, root).build_algo()
+        results = [algo.train()]
+        result.update(_kill_remote_runner(algo, driver_node))
+        result["driver_node"] = driver_node
+        results.append(algo.train())
+        results.append(algo.train())
+        lifetime = results[-1]["env_runners"].get("num_episodes_lifetime")
+        result["rllib_episodes"] = lifetime
+        try:
+            algo.stop()
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            result["stop_error"] = f"{type(e).__name__}: {e}"
+        merged = os.path.join(root, "merged")
+        result["merged"] = _merged_counts(merged) if os.path.exists(merged) else {}
+        ray.shutdown()
+    finally:
+        with open(result_path, "w") as f:
+            json.dump(result, f)
+        for node in nodes:
+            node.terminate()
+        for node in nodes:
+            try:
+                node.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                node.kill()
+
+
+if __name__ == "__main__":
+    main()
