@@ -143,9 +143,6 @@ class RLDSRecorder(RLlibCallback):
 
         algorithm.cleanup = cleanup
 
-    def _merged_directory(self) -> epath.Path:
-        return merged_directory(self._opts)
-
     def _reports(self) -> dict[str, dict[str, Any]]:
         """Every runner's report (episodes finished per directory), from the sink."""
         if self._sink is None:
@@ -163,7 +160,7 @@ class RLDSRecorder(RLlibCallback):
         result = merge_runner_datasets(self._opts)
         if result is not None:
             delivery_lib.check_merged(
-                self._merged_directory(), reports, per_module=isinstance(result, dict)
+                merged_directory(self._opts), reports, per_module=isinstance(result, dict)
             )
         return result
 
@@ -369,17 +366,15 @@ def finish_recording(algorithm: Any, *, merge: bool | None = None) -> Any:
     Returns:
       The `MergeReport` if merged, else the list of runner directories
       (multi-agent: module id -> `MergeReport` or -> runner directories).
+
+    Raises:
+      EpisodesLostError: episodes the runners finished are missing.
     """
-    recorders = [
-        c
-        for c in (
-            algorithm.callbacks if isinstance(algorithm.callbacks, list) else [algorithm.callbacks]
-        )
-        if isinstance(c, RLDSRecorder)
-    ]
-    if not recorders:
+    callbacks = algorithm.callbacks
+    callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
+    recorder = next((c for c in callbacks if isinstance(c, RLDSRecorder)), None)
+    if recorder is None:
         raise ValueError("the algorithm has no RLDSRecorder callback")
-    recorder = recorders[0]
     for group in (
         getattr(algorithm, "env_runner_group", None),
         getattr(algorithm, "eval_env_runner_group", None),

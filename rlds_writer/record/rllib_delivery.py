@@ -128,6 +128,8 @@ class RunnerDelivery:
                 if name not in shipped:
                     self._ship_file(directory / name, dataset, name)
                     shipped.add(name)
+                    # On the driver's node now: this node keeps one sample()'s shards at most.
+                    (directory / name).unlink()
         files = {layout.DATASET_INFO: listing}
         for name in rllib_sink.METADATA_FILES:
             if (directory / name).exists():

@@ -10,11 +10,13 @@ no Ray outside is reachable or touched.
 The head node runs the driver and one EnvRunner; a second node, started in a
 mount namespace of its own with a tmpfs over the output root's parent, cannot
 see the driver's files; a custom resource (`slot`, one per node) puts the
-other EnvRunner there. SCENARIO: `single` (CartPole) or `multi` (two
-modules). The EnvRunner on the second node is killed after the first
-`train()` (Ray restarts it, on that node: the only free `slot`). The result
-holds RLlib's lifetime episode counter, the episodes in the merged dataset
-and the error `algo.stop()` raised, if any.
+other EnvRunner there. SCENARIO: `single` (CartPole), `multi` (two
+modules) or `lost` (CartPole; after `finish_recording(merge=False)` one
+shard the second node's runner shipped is deleted, then the merge runs).
+The EnvRunner on the second node is killed after the first `train()` (Ray
+restarts it, on that node: the only free `slot`). The result holds RLlib's
+lifetime episode counter, the episodes in the merged dataset and the error
+the merge raised, if any.
 """
 
 from __future__ import annotations
@@ -132,6 +134,31 @@ def _kill_remote_runner(algo: Any, driver_node: str) -> dict[str, Any]:
     raise AssertionError("no EnvRunner on the second node")
 
 
+def _delete_a_shipped_shard(algo: Any, root: str, driver_node: str) -> dict[str, Any]:
+    """Deletes one shard a runner on the second node shipped; returns it and that runner."""
+    import ray
+
+    from rlds_writer.record.rllib import finish_recording
+
+    finish_recording(algo, merge=False)
+    recorder = algo.callbacks[0] if isinstance(algo.callbacks, list) else algo.callbacks
+    reports = ray.get(recorder._sink.finish.remote())
+    for report in reports.values():
+        if report["node_id"] != driver_node and report["shipped"]:
+            for directory, splits in report["counts"].items():
+                if splits.get("train"):
+                    shard = sorted(
+                        n for n in os.listdir(os.path.join(root, directory)) if ".tfrecord-" in n
+                    )[0]
+                    os.remove(os.path.join(root, directory, shard))
+                    return {
+                        "shard": f"{directory}/{shard}",
+                        "node_id": report["node_id"],
+                        "worker_index": report["worker_index"],
+                    }
+    raise AssertionError(f"no runner of the second node shipped an episode: {reports}")
+
+
 def _merged_counts(merged: str) -> dict[str, int]:
     import tensorflow_datasets as tfds
 
@@ -177,9 +204,16 @@ def main() -> None:
         lifetime = results[-1]["env_runners"].get("num_episodes_lifetime")
         result["rllib_episodes"] = lifetime
         try:
+            if scenario == "lost":
+                result["deleted"] = _delete_a_shipped_shard(algo, root, driver_node)
+                recorder = algo.callbacks[0] if isinstance(algo.callbacks, list) else algo.callbacks
+                recorder.merge_runner_datasets()
             algo.stop()
         except Exception as e:  # noqa: BLE001 - reported to the test
             result["stop_error"] = f"{type(e).__name__}: {e}"
+        result["runner_directories"] = sorted(
+            p for p in os.listdir(root) if p.startswith("writer-")
+        )
         merged = os.path.join(root, "merged")
         result["merged"] = _merged_counts(merged) if os.path.exists(merged) else {}
         ray.shutdown()
