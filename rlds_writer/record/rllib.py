@@ -6,7 +6,7 @@
         PPOConfig()
         .environment("CartPole-v1")
         .callbacks(RLDSRecorder.with_options(
-            output_root="/data/cartpole_run",       # or gs://..., s3://..., NFS
+            output_root="/data/cartpole_run",       # the driver's disk, or NFS
             info_keys=["station"],                  # env `info` entries -> step metadata
             model_outputs=["action_dist_inputs", "action_logp"],
         ))
