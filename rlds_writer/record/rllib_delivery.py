@@ -74,6 +74,7 @@ class RunnerDelivery:
         self.local_root = self.root / STAGING / self.incarnation if shipping else self.root
         self._shipped: dict[str, set[str]] = {}  # dataset -> shard names shipped
         self._mirrors: dict[str, str] = {}  # dataset -> mirror directory on the driver
+        self._reported: dict[str, dict[str, int]] | None = None
 
     @classmethod
     def connect(cls, output_root: str, worker_index: int, split: str) -> RunnerDelivery:
@@ -101,8 +102,10 @@ class RunnerDelivery:
             dataset = epath.Path(directory).relative_to(self.local_root).as_posix()
             target = self._ship(directory, dataset) if self.shipping else dataset
             counts.setdefault(target, {})[split] = finished
-        report = {**self.identity, "counts": counts, "shipped": self.shipping, "closed": final}
-        ray.get(self.sink.report.remote(self.incarnation, report))
+        if counts != self._reported or final:  # one call per sample() only when it changed
+            report = {**self.identity, "counts": counts, "shipped": self.shipping, "closed": final}
+            ray.get(self.sink.report.remote(self.incarnation, report))
+            self._reported = counts
         if final and self.shipping:
             ray.get(self.sink.release.remote(self.incarnation))
             # Everything is on the driver's node now.
