@@ -112,6 +112,17 @@ def _config(scenario: str, root: str) -> Any:
     )
 
 
+def _s3_refusal() -> str:
+    """What the recorder says to an object-store root on this two-node cluster."""
+    try:
+        from rlds_writer.record import rllib_sink
+
+        rllib_sink.refuse_object_store_on_a_cluster("s3://bucket/run")
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
 def _kill_remote_runner(algo: Any, driver_node: str) -> dict[str, Any]:
     import ray
 
@@ -195,6 +206,7 @@ def main() -> None:
                 break
             time.sleep(1)
         driver_node = ray.get_runtime_context().get_node_id()
+        result["s3_refused"] = _s3_refusal()
         algo = _config(scenario, root).build_algo()
         results = [algo.train()]
         result.update(_kill_remote_runner(algo, driver_node))
@@ -217,6 +229,12 @@ def main() -> None:
         merged = os.path.join(root, "merged")
         result["merged"] = _merged_counts(merged) if os.path.exists(merged) else {}
         ray.shutdown()
+    except BaseException:
+        import traceback
+
+        # Written before the nodes stop (Ray may end this process once they do).
+        result["child_error"] = traceback.format_exc()
+        raise
     finally:
         with open(result_path, "w") as f:
             json.dump(result, f)
