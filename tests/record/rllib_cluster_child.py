@@ -11,10 +11,13 @@ The head node runs the driver and one EnvRunner; a second node, started in a
 mount namespace of its own with a tmpfs over the output root's parent, cannot
 see the driver's files; a custom resource (`slot`, one per node) puts the
 other EnvRunner there. SCENARIO: `single` (CartPole), `multi` (two
-modules) or `lost` (CartPole; after `finish_recording(merge=False)` one
-shard the second node's runner shipped is deleted, then the merge runs).
-The EnvRunner on the second node is killed after the first `train()` (Ray
-restarts it, on that node: the only free `slot`). The result holds RLlib's
+modules), `lost` (CartPole; after `finish_recording(merge=False)` one
+shard the second node's runner shipped is deleted, then the merge runs) or
+`node_lost` (CartPole; the second node is stopped after the first
+`train()` and a third one, as blind to the driver's files, joins: RLlib
+restarts the runner there). In the others the EnvRunner on the second node
+is killed after the first `train()` (Ray restarts it, on that node: the
+only free `slot`). The result holds RLlib's
 lifetime episode counter, the episodes in the merged dataset and the error
 the merge raised, if any.
 """
@@ -38,6 +41,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_NODE_ARGS: dict[str, Any] = {}
+
+
 def _start_nodes(work: str, hidden: str) -> tuple[str, list[subprocess.Popen]]:
     port = _free_port()
     temp = os.path.join(work, "ray")
@@ -54,20 +60,26 @@ def _start_nodes(work: str, hidden: str) -> tuple[str, list[subprocess.Popen]]:
         json.dumps({"slot": 1}),
         "--block",
     ]
+    _NODE_ARGS.update(env=env, common=common)
     head = subprocess.Popen(
         [RAY, "start", "--head", "--port", str(port), "--temp-dir", temp]
         + ["--include-dashboard", "false", "--disable-usage-stats", *common],
         env=env,
     )
     address = f"127.0.0.1:{port}"
-    # The second node sees a fresh tmpfs where the driver keeps the output root.
+    return address, [head, _start_hidden_node(address, hidden, env, common)]
+
+
+def _start_hidden_node(
+    address: str, hidden: str, env: dict[str, str], common: list[str]
+) -> subprocess.Popen:
+    """A node that sees a fresh tmpfs where the driver keeps the output root."""
     script = 'mount -t tmpfs tmpfs "$1" && shift && exec "$@"'
-    second = subprocess.Popen(
+    return subprocess.Popen(
         ["unshare", "-m", "sh", "-c", script, "sh", hidden, RAY, "start", "--address", address]
         + common,
         env=env,
     )
-    return address, [head, second]
 
 
 def _wait_for_port(address: str) -> None:
@@ -170,6 +182,59 @@ def _delete_a_shipped_shard(algo: Any, root: str, driver_node: str) -> dict[str,
     raise AssertionError(f"no runner of the second node shipped an episode: {reports}")
 
 
+def _runner_nodes(algo: Any) -> list[str]:
+    import ray
+
+    def where(runner: Any) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    out = []
+    for actor in algo.env_runner_group._worker_manager.actors().values():
+        try:
+            out.append(ray.get(actor.__ray_call__.remote(where), timeout=20))
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            out.append("")
+    return out
+
+
+def _lose_the_second_node(
+    algo: Any, address: str, hidden: str, nodes: list[subprocess.Popen], driver_node: str
+) -> dict[str, Any]:
+    """Stops the second node (its runner dies with it) and adds a third; RLlib restarts there."""
+    import ray
+
+    second = next(n for n in _runner_nodes(algo) if n != driver_node)
+    nodes[1].terminate()
+    nodes[1].wait(timeout=120)
+    for _ in range(240):
+        if not any(n["NodeID"] == second and n["Alive"] for n in ray.nodes()):
+            break
+        time.sleep(0.5)
+    nodes.append(_start_hidden_node(address, hidden, **_NODE_ARGS))
+    for _ in range(240):
+        located = _runner_nodes(algo)
+        if all(located) and second not in located and len(set(located)) == 2:
+            third = next(n for n in located if n != driver_node)
+            return {"lost_node": second, "restarted_on": third}
+        time.sleep(1)
+    raise AssertionError(f"the runner of the lost node was not restarted elsewhere: {located}")
+
+
+def _episodes_reported_from(algo: Any, node_id: str) -> int:
+    """Episodes the runners of one node reported to the driver's sink."""
+    import ray
+
+    recorder = algo.callbacks[0] if isinstance(algo.callbacks, list) else algo.callbacks
+    reports = ray.get(recorder._sink.finish.remote())
+    return sum(
+        n
+        for report in reports.values()
+        if report["node_id"] == node_id
+        for splits in report["counts"].values()
+        for n in splits.values()
+    )
+
+
 def _merged_counts(merged: str) -> dict[str, int]:
     import tensorflow_datasets as tfds
 
@@ -209,12 +274,17 @@ def main() -> None:
         result["s3_refused"] = _s3_refusal()
         algo = _config(scenario, root).build_algo()
         results = [algo.train()]
-        result.update(_kill_remote_runner(algo, driver_node))
+        if scenario == "node_lost":
+            result.update(_lose_the_second_node(algo, address, hidden, nodes, driver_node))
+        else:
+            result.update(_kill_remote_runner(algo, driver_node))
         result["driver_node"] = driver_node
         results.append(algo.train())
         results.append(algo.train())
         lifetime = results[-1]["env_runners"].get("num_episodes_lifetime")
         result["rllib_episodes"] = lifetime
+        if scenario == "node_lost":
+            result["lost_node_episodes"] = _episodes_reported_from(algo, result["lost_node"])
         try:
             if scenario == "lost":
                 result["deleted"] = _delete_a_shipped_shard(algo, root, driver_node)

@@ -6,7 +6,8 @@ namespace's loopback only, and everything in it ends when the child exits
 (no Ray outside is reached, attached to or stopped). The second node runs in
 a mount namespace of its own with a tmpfs over the output root's parent: it
 cannot see the driver's files, as on a cluster whose nodes have their own
-disks. One EnvRunner runs there and is killed (and restarted) mid-run.
+disks. One EnvRunner runs there and is killed (and restarted) mid-run, or
+the node itself is stopped and the runner restarted on a third node.
 """
 
 from __future__ import annotations
@@ -87,6 +88,15 @@ def test_an_object_store_root_on_a_multi_node_cluster_is_refused_in_one_line(sin
     # Until runners write their own subdirectories of the bucket (issue 25).
     assert result["s3_refused"].startswith("UnsupportedFeatureError: output_root s3://")
     assert "\n" not in result["s3_refused"]
+
+
+def test_a_runner_restarted_on_another_node_after_its_node_died_loses_nothing_delivered():
+    result = _run("node_lost")
+    assert result["restarted_on"] not in (result["driver_node"], result["lost_node"])
+    assert "stop_error" not in result
+    # The dead node's runner delivered episodes before it died; they are merged too.
+    assert result["lost_node_episodes"] > 0
+    assert result["merged"] == {"train": result["rllib_episodes"]}
 
 
 def test_every_finished_agent_episode_of_every_node_is_merged():
