@@ -11,15 +11,15 @@ The head node runs the driver and one EnvRunner; a second node, started in a
 mount namespace of its own with a tmpfs over the output root's parent, cannot
 see the driver's files; a custom resource (`slot`, one per node) puts the
 other EnvRunner there. SCENARIO: `single` (CartPole), `multi` (two
-modules), `lost` (CartPole; after `finish_recording(merge=False)` one
-shard the second node's runner shipped is deleted, then the merge runs) or
+modules), `lost` (CartPole; one shard the second node's runner shipped is
+deleted on the driver's node before `algo.stop()`) or
 `node_lost` (CartPole; the second node is stopped after the first
 `train()` and a third one, as blind to the driver's files, joins: RLlib
 restarts the runner there). In the others the EnvRunner on the second node
 is killed after the first `train()` (Ray restarts it, on that node: the
 only free `slot`). The result holds RLlib's
 lifetime episode counter, the episodes in the merged dataset and the error
-the merge raised, if any.
+`algo.stop()` raised, if any.
 """
 
 from __future__ import annotations
@@ -161,18 +161,14 @@ def _delete_a_shipped_shard(algo: Any, root: str, driver_node: str) -> dict[str,
     """Deletes one shard a runner on the second node shipped; returns it and that runner."""
     import ray
 
-    from rlds_writer.record.rllib import finish_recording
-
-    finish_recording(algo, merge=False)
     recorder = algo.callbacks[0] if isinstance(algo.callbacks, list) else algo.callbacks
-    reports = ray.get(recorder._sink.finish.remote())
+    reports = ray.get(recorder._sink.__ray_call__.remote(lambda sink: dict(sink.reports)))
     for report in reports.values():
         if report["node_id"] != driver_node and report["shipped"]:
             for directory, splits in report["counts"].items():
                 if splits.get("train"):
-                    shard = sorted(
-                        n for n in os.listdir(os.path.join(root, directory)) if ".tfrecord-" in n
-                    )[0]
+                    names = os.listdir(os.path.join(root, directory))
+                    shard = sorted(n for n in names if ".tfrecord-" in n)[0]
                     os.remove(os.path.join(root, directory, shard))
                     return {
                         "shard": f"{directory}/{shard}",
@@ -288,8 +284,6 @@ def main() -> None:
         try:
             if scenario == "lost":
                 result["deleted"] = _delete_a_shipped_shard(algo, root, driver_node)
-                recorder = algo.callbacks[0] if isinstance(algo.callbacks, list) else algo.callbacks
-                recorder.merge_runner_datasets()
             algo.stop()
         except Exception as e:  # noqa: BLE001 - reported to the test
             result["stop_error"] = f"{type(e).__name__}: {e}"

@@ -108,7 +108,7 @@ def test_every_finished_agent_episode_of_every_node_is_merged():
     assert sum(result["merged"].values()) == 2 * result["rllib_episodes"]
 
 
-def test_a_shipped_shard_missing_at_the_merge_raises_naming_the_runner_and_node():
+def test_a_shipped_shard_missing_at_stop_raises_naming_the_runner_and_node():
     result = _run("lost")
     error = result["stop_error"]
     deleted = result["deleted"]
