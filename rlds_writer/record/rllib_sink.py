@@ -86,9 +86,11 @@ class EpisodeSink:
             name = base if attempt == 0 else f"{base}.{attempt}"
             relative = f"{parent}/{name}" if parent else name
             directory = self.root / relative
-            directory.mkdir(parents=True, exist_ok=True)
             if relative in {m for ms in self.mirrors.values() for m in ms.values()}:
                 continue
+            if os.path.islink(directory) or os.path.islink(directory.parent):
+                continue  # a link planted in the root: never written through
+            directory.mkdir(parents=True, exist_ok=True)
             lock = DirectoryLock(directory, purpose="mirror")
             try:
                 lock.acquire()

@@ -84,6 +84,21 @@ def test_a_mirror_never_reuses_a_directory_of_an_earlier_run(tmp_path):
     sink.finish()
 
 
+def test_a_mirror_is_never_written_through_a_link_planted_in_the_root(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    os.symlink(victim, root / "writer-00002")
+    sink = EpisodeSink(os.fspath(root))
+    assert sink.mirror("inc", "writer-00002") == "writer-00002.1"
+    sink.put("inc", "writer-00002", "x-train.tfrecord-00000", b"data", 0)
+    sink.seal("inc", "writer-00002", "x-train.tfrecord-00000", 4)
+    sink.finish()
+    assert os.listdir(victim) == []
+    assert (root / "writer-00002.1" / "x-train.tfrecord-00000").read_bytes() == b"data"
+
+
 def test_delivered_episodes_pass_the_check(tmp_path):
     _record(tmp_path / "writer-00001", 2)
     _record(tmp_path / "writer-00002", 3)
