@@ -18,6 +18,8 @@ _CORE = [
     "numpy>=1.26",
     "dm-env>=1.6",
     "etils[epath]>=1.7",
+    # The storage seam (store/storage.py): every scheme:// path goes through fsspec.
+    "fsspec>=2024.3",
     "google-crc32c>=1.5",
     "tensorflow-cpu>=2.16,<2.22",
     "tensorflow-datasets>=4.9.4,<5",
@@ -53,6 +55,9 @@ _EXTRAS = {
     # (for pattern_map only) and no dm-reverb release loads beside TF 2.16+; 0.1.6 is
     # the same transformations without that import. Its own deps: absl-py, numpy.
     "rlds": ["rlds==0.1.6"],
+    # Datasets on object storage (store/storage.py): s3:// and gs:// through fsspec.
+    "s3": ["s3fs>=2024.3"],
+    "gcs": ["gcsfs>=2024.3"],
 }
 _EXTRAS["all"] = sorted({dep for deps in _EXTRAS.values() for dep in deps})
 _EXTRAS["test"] = [
@@ -68,6 +73,9 @@ _EXTRAS["test"] = [
     "build>=1.2",
     "twine>=5",
     "setuptools>=77",
+    # tests/object_stores.py: S3 and GCS servers on loopback.
+    "moto[server]>=5",
+    "gcp-storage-emulator>=2024.8",
 ]
 
 setup(

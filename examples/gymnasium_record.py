@@ -16,7 +16,8 @@ import os
 import gymnasium as gym
 import numpy as np
 
-from rlds_writer.record.gymnasium import RecordRLDS, RecordRLDSVector
+from rlds_writer.record.gymnasium import RecordRLDS
+from rlds_writer.record.gymnasium_vector import RecordRLDSVector
 
 
 class StepCounter(gym.Wrapper):

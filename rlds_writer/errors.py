@@ -82,6 +82,14 @@ class WriterFailedError(RLDSWriterError, RuntimeError):
     """The background writer thread failed; the cause is chained."""
 
 
+class StorageNotSupportedError(RLDSWriterError, NotImplementedError):
+    """The storage behind a path cannot do what was asked.
+
+    A protocol fsspec does not know, a store without the conditional create
+    the one-writer lock needs, a file format whose writer needs a local file.
+    """
+
+
 class LockedError(RLDSWriterError, RuntimeError):
     """Another live writer holds the dataset directory."""
 

@@ -63,3 +63,7 @@ def catch(tmp_path_factory):
             timestep = env.step(1)
     env.close()
     return path
+
+
+# S3 (moto) and GCS (emulator) servers on loopback and a fresh bucket per test.
+from object_stores import gcs_bucket, gcs_emulator, moto_server, object_store, s3_bucket  # noqa: E402,F401

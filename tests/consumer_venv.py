@@ -6,7 +6,7 @@ d3rlpy 2.8.1 pins gymnasium 1.0.0 while rlds_writer's gymnasium extra needs
 for it, reused afterwards (a marker file records what was installed; a change
 of the requirements, of setup.py or of the shared torch rebuilds it). The venv
 also holds rlds_writer itself (editable, core dependencies only: no gymnasium
-extra), which is what a user who wants `rlds_writer.to_d3rlpy` installs beside
+extra), which is what a user who wants `rlds_writer.interop.to_d3rlpy` installs beside
 d3rlpy.
 
 torch is not installed a second time: on Linux, PyPI's torch is the CUDA build

@@ -271,7 +271,7 @@ def check_records(directory: Any, split: str = "train") -> list[int]:
     Returns:
       The episode ids in dataset order.
     """
-    from rlds_writer.maintain.inspection import iter_shard_records
+    from rlds_writer.maintain.shard_walk import iter_shard_records
     from rlds_writer.store import layout
 
     info = layout.read_json(directory / layout.DATASET_INFO)
@@ -289,7 +289,7 @@ def check_records(directory: Any, split: str = "train") -> list[int]:
 
 def check_loaded(directory: Any, split: str = "train") -> list[int]:
     """Loads a split through TFDS, checks every episode against the env; returns the ids."""
-    from rlds_writer.maintain.inspection import decoded_episodes
+    from rlds_writer.maintain.tfds_episodes import decoded_episodes
 
     ids = []
     for episode in decoded_episodes(directory, split):

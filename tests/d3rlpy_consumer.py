@@ -1,7 +1,7 @@
 """Runs in the d3rlpy consumer venv (tests/consumer_venv.py), not under pytest.
 
     python d3rlpy_consumer.py load FILE.h5 OUT.npz       # ReplayBuffer.load, dumped as arrays
-    python d3rlpy_consumer.py to_d3rlpy SRC OUT.npz      # rlds_writer.to_d3rlpy, same dump
+    python d3rlpy_consumer.py to_d3rlpy SRC OUT.npz      # rlds_writer.interop.to_d3rlpy, same dump
     python d3rlpy_consumer.py train FILE.h5 OUT.json     # DiscreteBC on CartPole expert data
     python d3rlpy_consumer.py fit FILE.h5 OUT.json       # a few DiscreteBC steps, any data
 
@@ -169,7 +169,7 @@ def main(argv: list[str]) -> None:
     elif command == "to_d3rlpy":
         import rlds_writer
 
-        dataset = rlds_writer.to_d3rlpy(source)
+        dataset = rlds_writer.interop.to_d3rlpy(source)
         assert isinstance(dataset, d3rlpy.dataset.MDPDataset), type(dataset)
         dump(dataset, out)
     elif command == "train":

@@ -196,7 +196,8 @@ def lerobot_dir(root: Path, fps=10, tasks=None, extra_features=None) -> Path:
 _MEMORY_CHILD = """
 import json, resource, sys
 import h5py, numpy, pyarrow.parquet
-import rlds_writer.interop.array_episodes, rlds_writer.interop.d4rl, rlds_writer.interop.lerobot
+import rlds_writer.interop.formats.arrays.importer, rlds_writer.interop.formats.d4rl.importer
+import rlds_writer.interop.formats.lerobot.importer
 from rlds_writer.cli.main import main
 
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -26,7 +26,8 @@ from tensorflow_datasets.rlds import rlds_base
 
 import rlds_writer
 from rlds_writer.envs.catch import Catch
-from rlds_writer.maintain.inspection import decoded_episodes, iter_shard_records
+from rlds_writer.maintain.shard_walk import iter_shard_records
+from rlds_writer.maintain.tfds_episodes import decoded_episodes
 from rlds_writer.store import layout
 from rlds_writer.store import writer as writer_module
 
@@ -158,10 +159,10 @@ def test_append_adds_episodes_and_leaves_every_original_shard_as_it_was(
     # Every maintenance tool sees the same sound dataset.
     report = rlds_writer.recover(directory)
     assert not report.changed, report.summary()
-    summary = rlds_writer.info(directory)
+    summary = rlds_writer.maintain.info(directory)
     assert summary["problems"] == []
     assert summary["total"]["episodes"] == 19
-    result = rlds_writer.validate(directory)
+    result = rlds_writer.maintain.validate(directory)
     assert result["ok"], result["violations"]
     reader_ids = sorted(int(e["episode_id"]) for e in rlds_writer.open_dataset(directory)["train"])
     assert reader_ids == list(range(19))
@@ -259,7 +260,7 @@ def test_merge_takes_an_appended_tfds_built_dataset(built, tmp_path, move):
     assert report.episodes == {"train": 2 * 14}
     ids = sorted(_loaded_ids(tmp_path / "merged"))
     assert ids == sorted(list(range(14)) * 2)
-    assert rlds_writer.validate(tmp_path / "merged")["ok"]
+    assert rlds_writer.maintain.validate(tmp_path / "merged")["ok"]
 
 
 def _loaded_ids(directory):
@@ -343,7 +344,7 @@ def test_an_append_killed_at_any_moment_leaves_the_original_episodes_loadable(
     assert sorted(ids[:ORIGINAL]) == list(range(ORIGINAL))
     assert ids[ORIGINAL:] == list(range(ORIGINAL, present))
     assert sorted(_loaded_ids(directory)) == list(range(present))
-    assert rlds_writer.validate(directory)["ok"]
+    assert rlds_writer.maintain.validate(directory)["ok"]
     assert present > ORIGINAL
 
 

@@ -39,7 +39,7 @@ def _record(path, episodes=11, seed=0):
             "gripper": float(rng.uniform()),
         }
 
-    with rlds_writer.DatasetWriter(path, cfg, max_episodes_per_file=3) as w:
+    with rlds_writer.store.DatasetWriter(path, cfg, max_episodes_per_file=3) as w:
         for i in range(episodes):
             buffer = new_buffer(w)
             buffer.start(obs(), {"load": np.int32(i)})

@@ -43,7 +43,9 @@ def _record(path, seed, episodes, splits=("train",), features_shape=(3,)):
         episode_metadata_info={"worker": np.int64},
     )
     rng = np.random.default_rng(seed)
-    with rlds_writer.DatasetWriter(path, cfg, max_episodes_per_file=3, metadata={"w": seed}) as w:
+    with rlds_writer.store.DatasetWriter(
+        path, cfg, max_episodes_per_file=3, metadata={"w": seed}
+    ) as w:
         for i in range(episodes):
             buffer = new_buffer(w)
             buffer.start(

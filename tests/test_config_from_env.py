@@ -153,10 +153,12 @@ def test_metadata_infos_and_config_fields_pass_through():
 
 
 def test_unsupported_specs_raise_spec_error_naming_the_path():
-    with pytest.raises(rlds_writer.SpecError, match="observation/bad"):
-        rlds_writer.feature_from_spec({"bad": specs.Array((2,), np.complex64)}, "observation")
-    with pytest.raises(rlds_writer.SpecError, match="observation/odd"):
-        rlds_writer.feature_from_spec({"odd": object()}, "observation")
+    with pytest.raises(rlds_writer.errors.SpecError, match="observation/bad"):
+        rlds_writer.record.feature_from_spec(
+            {"bad": specs.Array((2,), np.complex64)}, "observation"
+        )
+    with pytest.raises(rlds_writer.errors.SpecError, match="observation/odd"):
+        rlds_writer.record.feature_from_spec({"odd": object()}, "observation")
 
 
 def test_recording_an_env_built_from_its_specs_round_trips(tmp_path):

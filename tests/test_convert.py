@@ -19,7 +19,7 @@ tfds = pytest.importorskip("tensorflow_datasets")
 h5py = pytest.importorskip("h5py")
 
 from rlds_writer import cli  # noqa: E402
-from rlds_writer.interop import d4rl  # noqa: E402
+from rlds_writer.interop.formats.d4rl import importer as d4rl  # noqa: E402
 
 
 def _load(path, split="train"):
@@ -336,38 +336,36 @@ def test_rllib_column_format_is_refused_clearly(tmp_path):
 
     src = tmp_path / "cols.parquet"
     pq.write_table(pa.table({"obs": [1.0], "actions": [0], "eps_id": ["a"]}), src)
-    from rlds_writer.interop import rllib_episodes
+    from rlds_writer.interop.formats.rllib import importer as rllib_episodes
 
     with pytest.raises(NotImplementedError, match="output_write_episodes=False"):
         rllib_episodes.convert(src, tmp_path / "out")
 
 
 @pytest.mark.slow
-def test_rllib_training_run_output_converts(tmp_path):
-    """A real (tiny) PPO run writes episodes with offline_data(output=...)."""
+def test_rllib_training_run_output_converts(tmp_path, ray_session):
+    """A real (tiny) PPO run writes episodes with offline_data(output=...).
+
+    On the session's Ray (`ray_session`): a second `ray.init` in one process fails.
+    """
     pytest.importorskip("ray.rllib")
     pytest.importorskip("msgpack_numpy")
-    import ray
     from ray.rllib.algorithms.ppo import PPOConfig
 
-    from rlds_writer.interop import rllib_episodes
+    from rlds_writer.interop.formats.rllib import importer as rllib_episodes
 
     out = tmp_path / "rllib_out"
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
-        config = (
-            PPOConfig()
-            .environment("CartPole-v1")
-            .env_runners(num_env_runners=0, batch_mode="complete_episodes")
-            .training(train_batch_size_per_learner=64, minibatch_size=32, num_epochs=1)
-            .offline_data(output=str(out))
-            .debugging(seed=0)
-        )
-        algo = config.build_algo()
-        algo.train()
-        algo.stop()
-    finally:
-        ray.shutdown()
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0, batch_mode="complete_episodes")
+        .training(train_batch_size_per_learner=64, minibatch_size=32, num_epochs=1)
+        .offline_data(output=str(out))
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    algo.train()
+    algo.stop()
     states = list(rllib_episodes.iter_states(out))
     assert states
     dest = tmp_path / "rlds"

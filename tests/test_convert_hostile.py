@@ -252,7 +252,11 @@ def test_max_inflation_lets_a_genuine_compressible_file_through(tmp_path, monkey
     assert main([*argv, "--max-inflation", "5000"]) == 0
     _cli_error(capsys, [*argv, "--max-inflation", "0"], "positive ratio")
     lerobot = ["convert", "--from", "lerobot", str(src), str(tmp_path / "d")]
-    _cli_error(capsys, [*lerobot, "--max-inflation", "5"], "applies to d4rl-hdf5, npz-dir")
+    _cli_error(
+        capsys,
+        [*lerobot, "--max-inflation", "5"],
+        "applies to --from d4rl-hdf5, npz-dir and hdf5-episodes only",
+    )
 
 
 def _huge_unallocated(f, key, rows, row_shape=(), dtype="f4"):

@@ -142,7 +142,7 @@ def test_write_error_reaches_the_caller_and_earlier_episodes_survive(
     else:
         assert len(ids) >= 4
     assert crash_child.check_loaded(directory) == ids
-    assert rlds_writer.validate(directory)["ok"]
+    assert rlds_writer.maintain.validate(directory)["ok"]
 
 
 def test_failed_writer_keeps_raising_and_refuses_new_episodes(monkeypatch, tmp_path):

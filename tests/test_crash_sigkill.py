@@ -126,7 +126,7 @@ def _kill_loop(ctx: Any, tmp_path: Any, file_format: str, kills: int, seed: int)
         present = count
     # Recovery is idempotent: a second run changes nothing.
     assert not rlds_writer.recover(directory).changed
-    result = rlds_writer.validate(directory)
+    result = rlds_writer.maintain.validate(directory)
     assert result["ok"], result["violations"]
     assert result["splits"]["train"]["episodes"] == present
     assert crash_child.check_loaded(directory) == list(range(present))

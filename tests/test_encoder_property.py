@@ -213,7 +213,8 @@ def _decode_ours(features, data: bytes):
     """Our TF-free reader's decoding, steps as a list of dicts like TFDS's."""
     import tempfile
 
-    from rlds_writer.read.decode import Decoder, rows
+    from rlds_writer.read.decode import Decoder
+    from rlds_writer.read.nest import rows
     from rlds_writer.store.features import load_features
 
     with tempfile.TemporaryDirectory() as directory:

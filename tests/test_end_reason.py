@@ -91,7 +91,7 @@ def test_reader_drops_cut_short_episodes_when_asked(dataset):
 
 
 def test_stats_count_cut_short_apart_from_truncated(dataset, capsys):
-    stats = rlds_writer.compute_statistics(dataset)["splits"]["train"]
+    stats = rlds_writer.maintain.compute_statistics(dataset)["splits"]["train"]
     assert (stats["terminated"], stats["truncated"], stats["cut_short"]) == (1, 1, 3)
     from rlds_writer.cli.main import main
 
@@ -114,7 +114,10 @@ def test_datasets_without_the_field_report_no_cut_short_count(tmp_path):
     env.close()
     episode = next(iter(rlds_writer.open_dataset(tmp_path / "ds").episodes()))
     assert "end_reason" not in episode  # the user's DatasetConfig is kept as given
-    assert rlds_writer.compute_statistics(tmp_path / "ds")["splits"]["train"]["cut_short"] is None
+    assert (
+        rlds_writer.maintain.compute_statistics(tmp_path / "ds")["splits"]["train"]["cut_short"]
+        is None
+    )
 
 
 def test_envlogger_fills_end_reason_when_the_config_declares_it(tmp_path):

@@ -144,7 +144,7 @@ def test_discrete_bc_trained_on_the_export_imitates_the_expert_and_beats_random(
     tmp_path, d3rlpy_python
 ):
     _record_expert(tmp_path / "rlds")
-    report = rlds_writer.export_d3rlpy(tmp_path / "rlds", tmp_path / "expert.h5")
+    report = rlds_writer.interop.export.export_d3rlpy(tmp_path / "rlds", tmp_path / "expert.h5")
     assert report.episodes == 8 and report.truncated >= 1
 
     run_consumer(
@@ -176,7 +176,7 @@ def test_dict_observations_load_as_d3rlpy_tuple_observations(tmp_path, d3rlpy_py
     env.close()
     episodes = list(rlds_writer.open_dataset(tmp_path / "rlds").episodes("train"))
 
-    report = rlds_writer.export_d3rlpy(tmp_path / "rlds", tmp_path / "rover.h5")
+    report = rlds_writer.interop.export.export_d3rlpy(tmp_path / "rlds", tmp_path / "rover.h5")
     with h5py.File(tmp_path / "rover.h5") as h5:
         keys = json.loads(h5.attrs["observation_keys"])
     assert sorted(keys) == ["camera", "pos"] and any(str(keys) in n for n in report.notes)
@@ -221,7 +221,7 @@ def test_images_stored_channels_first_train_with_d3rlpys_pixel_encoder(tmp_path,
     env.close()
     episodes = list(rlds_writer.open_dataset(tmp_path / "rlds").episodes("train"))
 
-    hwc = rlds_writer.export_d3rlpy(tmp_path / "rlds", tmp_path / "hwc.h5")
+    hwc = rlds_writer.interop.export.export_d3rlpy(tmp_path / "rlds", tmp_path / "hwc.h5")
     assert any("--channels-first" in note for note in hwc.notes)
     argv = ["export", "--to", "d3rlpy", str(tmp_path / "rlds"), str(tmp_path / "chw.h5")]
     assert cli.main([*argv, "--channels-first"]) == 0
@@ -239,7 +239,7 @@ def test_to_d3rlpy_without_d3rlpy_says_to_use_its_venv(tmp_path):
         pytest.skip("d3rlpy is importable here; the d3rlpy tests cover to_d3rlpy")
     _record_cartpole(tmp_path / "rlds", episodes=2)
     with pytest.raises(ImportError, match="d3rlpy.*separate venv") as caught:
-        rlds_writer.to_d3rlpy(tmp_path / "rlds")
+        rlds_writer.interop.to_d3rlpy(tmp_path / "rlds")
     assert isinstance(caught.value, rlds_writer.RLDSWriterError)
 
 
@@ -309,13 +309,15 @@ def test_existing_destination_and_foreign_options_are_one_line_errors(tmp_path, 
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0], err
     assert cli.main(["export", "--to", "hf", str(tmp_path / "rlds"), "x", "--compression", "gzip"])
-    assert "--compression and --channels-first apply" in capsys.readouterr().err
+    assert "--compression applies to --to d3rlpy only" in capsys.readouterr().err
 
 
 def test_compressed_export_holds_the_same_arrays(tmp_path):
     _record_cartpole(tmp_path / "rlds", episodes=3)
-    rlds_writer.export_d3rlpy(tmp_path / "rlds", tmp_path / "plain.h5")
-    rlds_writer.export_d3rlpy(tmp_path / "rlds", tmp_path / "gzip.h5", compression="gzip")
+    rlds_writer.interop.export.export_d3rlpy(tmp_path / "rlds", tmp_path / "plain.h5")
+    rlds_writer.interop.export.export_d3rlpy(
+        tmp_path / "rlds", tmp_path / "gzip.h5", compression="gzip"
+    )
     with h5py.File(tmp_path / "plain.h5") as plain, h5py.File(tmp_path / "gzip.h5") as packed:
         assert sorted(plain) == sorted(packed)
         assert packed["observations_0"].compression == "gzip"
@@ -328,7 +330,9 @@ def test_the_d3rlpy_venv_blocks_of_the_docs_run_there(tmp_path, d3rlpy_python):
     from test_docs_code_blocks import FENCE, ROOT, RUN1_SETUP
 
     exec(RUN1_SETUP, {"DATA": str(tmp_path / "data")})  # the docs' own CartPole data
-    rlds_writer.export_d3rlpy(tmp_path / "data" / "run1", tmp_path / "run1_d3rlpy.h5")
+    rlds_writer.interop.export.export_d3rlpy(
+        tmp_path / "data" / "run1", tmp_path / "run1_d3rlpy.h5"
+    )
     blocks = [
         m["body"]
         for m in FENCE.finditer((ROOT / "docs" / "sharing.md").read_text())

@@ -65,7 +65,9 @@ def test_transitions_and_episodes_load_with_datasets_as_the_reader_gives_them(tm
     assert all(r["label"] == "random" for r in rows)
     assert sum(r["num_transitions"] for r in rows) == len(loaded)
 
-    report = rlds_writer.export_hf(tmp_path / "rlds", tmp_path / "hf2", cut_short="drop")
+    report = rlds_writer.interop.export.export_hf(
+        tmp_path / "rlds", tmp_path / "hf2", cut_short="drop"
+    )
     assert (report.episodes, report.skipped) == (3, 1)
     capsys.readouterr()
     assert cli.main(["export", "--to", "hf", str(tmp_path / "rlds"), str(dest)]) == 1
@@ -113,7 +115,7 @@ def test_dict_and_image_observations_become_dict_and_image_features(tmp_path):
     env.close()
     leaves = rlds_writer.open_dataset(tmp_path / "rlds").features.step_leaves
     assert {leaf.key: leaf.class_name for leaf in leaves}["steps/observation/rgb"] == "Image"
-    rlds_writer.export_hf(tmp_path / "rlds", tmp_path / "hf", episodes_per_file=1)
+    rlds_writer.interop.export.export_hf(tmp_path / "rlds", tmp_path / "hf", episodes_per_file=1)
     assert len(list((tmp_path / "hf" / "transitions").glob("*.parquet"))) == 2
     loaded = datasets.load_dataset(str(tmp_path / "hf"), cache_dir=str(tmp_path / "cache"))
     train = loaded["train"]

@@ -29,7 +29,7 @@ from consumer_venv import run_consumer  # noqa: E402
 
 import rlds_writer  # noqa: E402
 from rlds_writer import cli  # noqa: E402
-from rlds_writer.read.decode import flatten  # noqa: E402
+from rlds_writer.read.nest import flatten  # noqa: E402
 
 INFO_TYPES = {
     "codebase_version": str,
@@ -288,7 +288,9 @@ def _assert_same(original, restored):
 
 def test_files_roll_by_size_into_chunks_and_still_round_trip(camera, tmp_path):
     dest = tmp_path / "lerobot"
-    rlds_writer.export_lerobot(camera, dest, data_files_size_in_mb=0.000001, chunks_size=2)
+    rlds_writer.interop.export.export_lerobot(
+        camera, dest, data_files_size_in_mb=0.000001, chunks_size=2
+    )
     files, table = _data_rows(dest)
     assert [f.relative_to(dest).as_posix() for f in files] == [
         "data/chunk-000/file-000.parquet",
@@ -312,7 +314,7 @@ def test_episodes_share_row_groups_so_files_stay_small(camera, tmp_path):
     # One row group per episode kept every group's footer entry in memory and
     # bloated meta/episodes (33 MB for 1,000 Catch episodes).
     dest = tmp_path / "lerobot"
-    rlds_writer.export_lerobot(camera, dest)
+    rlds_writer.interop.export.export_lerobot(camera, dest)
     files = sorted((dest / "data").rglob("*.parquet")) + sorted(
         (dest / "meta" / "episodes").rglob("*.parquet")
     )
@@ -323,7 +325,7 @@ def test_episodes_share_row_groups_so_files_stay_small(camera, tmp_path):
 
 
 def test_constant_or_episode_task_and_dropped_cut_short_episodes(camera, tmp_path):
-    report = rlds_writer.export_lerobot(
+    report = rlds_writer.interop.export.export_lerobot(
         camera, tmp_path / "a", task="pick", cut_short="drop", fps=30
     )
     assert (report.episodes, report.skipped, report.cut_short) == (3, 1, 1)
@@ -333,7 +335,7 @@ def test_constant_or_episode_task_and_dropped_cut_short_episodes(camera, tmp_pat
     assert info["fps"] == 30 and info["total_episodes"] == 3
     assert "complementary_info.language_instruction" in info["features"]
 
-    rlds_writer.export_lerobot(camera, tmp_path / "b", task_field="label")
+    rlds_writer.interop.export.export_lerobot(camera, tmp_path / "b", task_field="label")
     tasks = pd.read_parquet(tmp_path / "b" / "meta" / "tasks.parquet")
     assert list(tasks.index) == ["demo"]
     rlds_writer.convert("lerobot", tmp_path / "b", tmp_path / "back")
@@ -342,7 +344,7 @@ def test_constant_or_episode_task_and_dropped_cut_short_episodes(camera, tmp_pat
 
 def test_a_lerobot_dataset_of_another_writer_becomes_one_step_per_frame(camera, tmp_path):
     dest = tmp_path / "lerobot"
-    rlds_writer.export_lerobot(camera, dest, task_field="language_instruction")
+    rlds_writer.interop.export.export_lerobot(camera, dest, task_field="language_instruction")
     (dest / "meta" / "rlds_writer.json").unlink()  # as LeRobot itself would have written it
     report = rlds_writer.convert("lerobot", dest, tmp_path / "back")
     original = list(rlds_writer.open_dataset(camera).episodes("train"))
@@ -391,7 +393,7 @@ def test_bad_input_gets_one_line_errors(camera, tmp_path, capsys):
     _one_line_error(capsys, ["convert", "--from", "lerobot", src, new], "not a LeRobot dataset")
 
     lerobot = tmp_path / "lerobot"
-    rlds_writer.export_lerobot(camera, lerobot)
+    rlds_writer.interop.export.export_lerobot(camera, lerobot)
     info_path = lerobot / "meta" / "info.json"
     info = json.loads(info_path.read_text())
     info_path.write_text(json.dumps({**info, "codebase_version": "v2.1"}))
@@ -469,7 +471,7 @@ print(json.dumps({
 )
 def test_real_lerobot_loader_opens_the_export_with_the_rlds_values(camera, tmp_path):
     dest = tmp_path / "lerobot"
-    rlds_writer.export_lerobot(camera, dest, task_field="language_instruction")
+    rlds_writer.interop.export.export_lerobot(camera, dest, task_field="language_instruction")
     out = _last_json(_run_lerobot("-c", _LEROBOT_SCRIPT, str(dest), cwd=tmp_path))
     q = rlds_writer.open_dataset(camera).episodes("train").qlearning_dataset(step_metadata=True)
     frames = out["frames"]
@@ -598,7 +600,7 @@ print(json.dumps(out))
 def test_real_lerobot_loader_decodes_the_video_export(smooth, tmp_path):
     pytest.importorskip("av")
     dest = tmp_path / "lerobot"
-    rlds_writer.export_lerobot(smooth, dest, video=True)
+    rlds_writer.interop.export.export_lerobot(smooth, dest, video=True)
     out = _last_json(_run_lerobot("-c", _LEROBOT_VIDEO_SCRIPT, str(dest), cwd=tmp_path))
     assert isinstance(out["pyav"], list), out["pyav"]
     originals = rlds_writer.open_dataset(smooth).episodes("train").qlearning_dataset()

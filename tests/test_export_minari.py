@@ -111,7 +111,7 @@ def test_minari_export_opens_in_minari_and_round_trips_every_value_and_flag(
 
 def test_cut_short_drop_leaves_the_recorders_cut_episodes_out(tmp_path, minari_root):
     _record_cartpole(tmp_path / "rlds", episodes=3)
-    report = rlds_writer.export_minari(tmp_path / "rlds", "cartpole/kept-v0")
+    report = rlds_writer.interop.export.export_minari(tmp_path / "rlds", "cartpole/kept-v0")
     assert (report.episodes, report.cut_short) == (3, 1)
     report = rlds_writer.export(
         tmp_path / "rlds", "cartpole/dropped-v0", to="minari", cut_short="drop"
@@ -136,7 +136,7 @@ def test_dict_and_image_observations_without_env_id_get_spaces_from_the_features
     env.close()
     originals = list(rlds_writer.open_dataset(tmp_path / "rlds").episodes("train"))
 
-    rlds_writer.export_minari(tmp_path / "rlds", "rover-v0")
+    rlds_writer.interop.export.export_minari(tmp_path / "rlds", "rover-v0")
     dataset = minari.load_dataset("rover-v0")
     space = dataset.spec.observation_space
     assert isinstance(space, gym.spaces.Dict)
@@ -216,7 +216,7 @@ def test_a_discount_minari_cannot_express_is_kept_in_infos(tmp_path, minari_root
         env.step(np.int64(1))
     env.close()
     stored = next(iter(rlds_writer.open_dataset(tmp_path / "rlds").episodes("train")))
-    rlds_writer.export_minari(tmp_path / "rlds", "decaying-v0")
+    rlds_writer.interop.export.export_minari(tmp_path / "rlds", "decaying-v0")
     episode = next(minari.load_dataset("decaying-v0").iterate_episodes())
     np.testing.assert_array_equal(episode.infos["discount"], stored["steps"]["discount"])
     assert episode.infos["discount"][0] == np.float32(0.9)

@@ -141,7 +141,7 @@ def test_a_minari_spec_of_a_registered_env_keeps_only_its_id_kwargs_and_limit(
     spec = json.loads(_hostile_spec("CartPole-v1"))
     spec["kwargs"] = {"sutton_barto_reward": True}
     _edit_metadata(tmp_path / "rlds", env_id=None, minari={"env_spec": json.dumps(spec)})
-    rlds_writer.export_minari(tmp_path / "rlds", "cartpole/rec-v0")
+    rlds_writer.interop.export.export_minari(tmp_path / "rlds", "cartpole/rec-v0")
     dataset = minari.load_dataset("cartpole/rec-v0")
     got = dataset.spec.env_spec
     assert got.entry_point == gym.spec("CartPole-v1").entry_point
@@ -155,7 +155,7 @@ def test_a_minari_spec_of_a_registered_env_keeps_only_its_id_kwargs_and_limit(
 def _minari_dataset(tmp_path, minari_root, dataset_id):
     """A clean Minari dataset written by the exporter; returns its metadata.json path."""
     _record_cartpole(tmp_path / "clean")
-    rlds_writer.export_minari(tmp_path / "clean", dataset_id)
+    rlds_writer.interop.export.export_minari(tmp_path / "clean", dataset_id)
     return minari_root.joinpath(*dataset_id.split("/"), "data", "metadata.json")
 
 
@@ -369,7 +369,7 @@ def test_recorded_spaces_that_do_not_fit_the_data_fall_back_to_the_features(tmp_
         observation_space="Box(0, 1, (9,), float32)",
         action_space="Discrete(2" + ")" * 5000,
     )
-    report = rlds_writer.export_minari(tmp_path / "rlds", "plain/misfit-v0")
+    report = rlds_writer.interop.export.export_minari(tmp_path / "rlds", "plain/misfit-v0")
     notes = " ".join(report.notes)
     assert "the recorded observation space" in notes and "float32[4]" in notes
     assert "the recorded action space" in notes

@@ -326,7 +326,9 @@ def test_per_step_tensor_with_unknown_dimension_is_refused_before_writing(tmp_pa
     tfds = _tfds()
     # TFDS's SequentialWriter writes this, but builder_from_directory cannot read it.
     config = _config({"ragged": tfds.features.Tensor(shape=(None,), dtype=np.float32)})
-    with pytest.raises(rlds_writer.SpecError, match=r"steps/observation/ragged.*encoding='zlib'"):
+    with pytest.raises(
+        rlds_writer.errors.SpecError, match=r"steps/observation/ragged.*encoding='zlib'"
+    ):
         rlds_writer.TFDSBackendWriter(tmp_path, config)
     assert not list(tmp_path.iterdir())
 
@@ -362,7 +364,7 @@ def test_per_step_tensor_with_a_zero_sized_dimension_is_refused(tmp_path):
     features, data = _tfds_bytes(config, episode)
     with pytest.raises(ValueError, match="reshape"):
         features.deserialize_example_np(data)
-    with pytest.raises(rlds_writer.SpecError, match=r"steps/observation/empty.*zero-sized"):
+    with pytest.raises(rlds_writer.errors.SpecError, match=r"steps/observation/empty.*zero-sized"):
         rlds_writer.TFDSBackendWriter(tmp_path, config)
     # Encoded, or at the episode level, a zero-sized tensor is fine.
     fine = _config(
@@ -384,5 +386,7 @@ def test_uint32_tensor_with_an_encoding_is_refused(tmp_path):
     features, data = _tfds_bytes(config, episode)
     with pytest.raises(TypeError, match="uint32"):  # TFDS's as_dataset decoding path
         features.deserialize_example(data)
-    with pytest.raises(rlds_writer.SpecError, match=r"steps/observation/ids.*uint32.*'zlib'"):
+    with pytest.raises(
+        rlds_writer.errors.SpecError, match=r"steps/observation/ids.*uint32.*'zlib'"
+    ):
         rlds_writer.TFDSBackendWriter(tmp_path, config)

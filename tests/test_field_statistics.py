@@ -42,7 +42,7 @@ def _columns(path):
 
 
 def test_statistics_equal_numpy_over_every_row_and_leave_out_final_steps(dataset):
-    stats = rlds_writer.dataset_statistics(dataset)
+    stats = rlds_writer.maintain.dataset_statistics(dataset)
     episodes, obs, act, rew = _columns(dataset)
     assert stats["num_trajectories"] == episodes
     assert stats["num_transitions"] == len(act)
@@ -63,7 +63,7 @@ def test_quantiles_of_large_fields_come_from_a_uniform_sample_and_moments_stay_e
     dataset, monkeypatch
 ):
     monkeypatch.setattr(field_statistics, "SAMPLE_ROWS", 50)
-    stats = rlds_writer.dataset_statistics(dataset, cache=False)
+    stats = rlds_writer.maintain.dataset_statistics(dataset, cache=False)
     _, obs, _, _ = _columns(dataset)
     field = stats["observation"]
     assert not field["exact_quantiles"]
@@ -76,22 +76,22 @@ def test_quantiles_of_large_fields_come_from_a_uniform_sample_and_moments_stay_e
 
 
 def test_the_cache_is_reused_and_recomputed_when_shards_change(dataset):
-    first = rlds_writer.dataset_statistics(dataset)
+    first = rlds_writer.maintain.dataset_statistics(dataset)
     cache = dataset / "dataset_statistics_train.json"
     assert json.loads(cache.read_text())["fingerprint"] == first["fingerprint"]
     cached = json.loads(cache.read_text())
     cached["reward"]["mean"] = 123.0  # had it been recomputed, this would be gone
     cache.write_text(json.dumps(cached))
-    assert rlds_writer.dataset_statistics(dataset)["reward"]["mean"] == 123.0
+    assert rlds_writer.maintain.dataset_statistics(dataset)["reward"]["mean"] == 123.0
     _record(dataset, 2, mode="append", seed=100)
-    again = rlds_writer.dataset_statistics(dataset)
+    again = rlds_writer.maintain.dataset_statistics(dataset)
     assert again["num_trajectories"] == first["num_trajectories"] + 2
     assert again["reward"]["mean"] != 123.0
 
 
 def test_the_cache_file_does_not_disturb_the_dataset(dataset):
-    rlds_writer.dataset_statistics(dataset)
-    assert rlds_writer.validate(dataset)["ok"]
+    rlds_writer.maintain.dataset_statistics(dataset)
+    assert rlds_writer.maintain.validate(dataset)["ok"]
     assert not rlds_writer.recover(dataset).changed
 
 
@@ -110,5 +110,5 @@ def test_clock_fields_are_not_printed_as_statistics(tmp_path, capsys):
     capsys.readouterr()
     assert main(["stats", str(tmp_path / "c")]) == 0
     assert "timestamp_ns" not in capsys.readouterr().out
-    stats = rlds_writer.compute_statistics(tmp_path / "c")
+    stats = rlds_writer.maintain.compute_statistics(tmp_path / "c")
     assert "timestamp_ns" in stats["splits"]["train"]["step_metadata"]

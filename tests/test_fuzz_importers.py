@@ -14,7 +14,7 @@ Extends tests/test_fuzz_read_path.py to the files `convert` reads:
   the Parquet files.
 
 Each input goes through the importer's episode reader and the schema pass of
-`convert` (`episodes.infer_schema`); it must end in data or an
+`convert` (`source_schema.infer_schema`); it must end in data or an
 `RLDSWriterError` whose message is one line, never another exception, with a
 traced peak below `MEMORY_LIMIT`. In-suite runs are short
 (`RLDS_FUZZ_EXAMPLES`, default 100 per test); for a long run::
@@ -55,9 +55,12 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from rlds_writer.errors import RLDSWriterError
-from rlds_writer.interop import array_episodes, d4rl, hdf5_source, lerobot
-from rlds_writer.interop.episodes import infer_schema
+from rlds_writer.interop import hdf5_source
+from rlds_writer.interop.formats.arrays import importer as array_episodes
+from rlds_writer.interop.formats.d4rl import importer as d4rl
+from rlds_writer.interop.formats.lerobot import importer as lerobot
 from rlds_writer.interop.source_limits import Budget
+from rlds_writer.interop.source_schema import infer_schema
 
 FUZZ = fuzz_settings(100)
 EXAMPLES = FUZZ.max_examples
@@ -393,8 +396,9 @@ import json, random, sys, tracemalloc
 from pathlib import Path
 from hostile_sources import d4rl_file
 from rlds_writer.errors import RLDSWriterError
-from rlds_writer.interop import array_episodes, d4rl
-from rlds_writer.interop.episodes import infer_schema
+from rlds_writer.interop.formats.arrays import importer as array_episodes
+from rlds_writer.interop.formats.d4rl import importer as d4rl
+from rlds_writer.interop.source_schema import infer_schema
 
 tmp, count = Path(sys.argv[1]), int(sys.argv[2])
 base = d4rl_file(tmp / "base.hdf5").read_bytes()

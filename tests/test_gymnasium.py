@@ -399,7 +399,7 @@ def test_mode_error_is_checked_when_the_wrapper_is_created_even_when_features_ar
     first.reset(seed=0)
     first.step(0)
     first.close()
-    with pytest.raises(rlds_writer.DatasetExistsError, match="mode='append'"):
+    with pytest.raises(rlds_writer.errors.DatasetExistsError, match="mode='append'"):
         # step_fn's features are inferred from the first episode: the writer
         # comes later, but the taken directory is refused now.
         rlds_writer.RecordRLDS(

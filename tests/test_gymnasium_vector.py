@@ -17,7 +17,7 @@ import pytest
 import tensorflow_datasets as tfds
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from rlds_writer.record.gymnasium import RecordRLDSVector
+from rlds_writer.record.gymnasium_vector import RecordRLDSVector
 
 NUM_ENVS = 4
 SEED = 7

@@ -115,7 +115,7 @@ def test_names_and_counts_that_reach_outside_are_refused_everywhere(dataset, out
     with pytest.raises(RLDSWriterError, match="dataset_info.json"):
         rlds_writer.open_dataset(dataset)
     with pytest.raises(RLDSWriterError, match="dataset_info.json"):
-        rlds_writer.info(dataset)
+        rlds_writer.maintain.info(dataset)
     with pytest.raises(RLDSWriterError, match="dataset_info.json"):
         rlds_writer.recover(dataset)
     for move in (False, True):
@@ -180,7 +180,7 @@ def test_a_huge_length_field_is_a_corrupt_record_not_a_memory_error(dataset, len
     assert "rlds-writer recover" in str(e.value)
     skipping = rlds_writer.open_dataset(dataset, on_corrupt="skip")["train"]
     assert len(list(skipping)) == 8  # records 1 and 2 of that shard are behind the break
-    problems = rlds_writer.info(dataset)["problems"]
+    problems = rlds_writer.maintain.info(dataset)["problems"]
     assert any(f"record 1 at byte offset {offset}" in p for p in problems)
 
 
@@ -209,8 +209,8 @@ def test_every_tool_reports_one_corruption_at_the_same_place(dataset):
     with pytest.raises(CorruptRecordError) as e:
         list(rlds_writer.open_dataset(dataset)["train"])
     assert where in str(e.value)
-    assert any(where in p for p in rlds_writer.info(dataset)["problems"])
-    violations = rlds_writer.validate(dataset)["violations"]
+    assert any(where in p for p in rlds_writer.maintain.info(dataset)["problems"])
+    violations = rlds_writer.maintain.validate(dataset)["violations"]
     assert any(where in v["message"] for v in violations), violations
     report = rlds_writer.recover(dataset, dry_run=True)
     (acted,) = [s for s in report.shards if s.actions != ["ok"]]
@@ -252,7 +252,11 @@ def _observation(steps):
 @pytest.mark.parametrize("dims", [["4294967296", "4294967296"], ["0", "5"], ["-7"]])
 def test_a_crafted_feature_shape_is_refused_before_tensorflow_sees_it(dataset, dims):
     _edit_features(dataset, lambda steps: _observation(steps)["shape"].update(dimensions=dims))
-    for call in (rlds_writer.validate, rlds_writer.compute_statistics, rlds_writer.open_dataset):
+    for call in (
+        rlds_writer.maintain.validate,
+        rlds_writer.maintain.compute_statistics,
+        rlds_writer.open_dataset,
+    ):
         with pytest.raises(RLDSWriterError, match="features.json.*shape"):
             call(dataset)
 
@@ -263,7 +267,7 @@ def test_a_features_json_nested_without_end_is_refused(dataset):
     path = dataset / layout.FEATURES
     text = path.read_text()
     path.write_text(text.replace('"observation":', f'"deep": {deep}, "observation":', 1))
-    for call in (rlds_writer.open_dataset, rlds_writer.validate):
+    for call in (rlds_writer.open_dataset, rlds_writer.maintain.validate):
         with pytest.raises(RLDSWriterError, match="features.json"):
             call(dataset)
 

@@ -10,12 +10,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rlds_writer"
 # Layer -> the layers its modules may import (itself included).
 ALLOWED = {
     "errors": {"errors"},
+    # The package's own machinery: lazy public names, how TensorFlow loads.
+    "_exports": {"_exports", "errors"},
+    "_tensorflow": {"_tensorflow"},
     "envs": {"envs"},
-    "store": {"errors", "store"},
-    "read": {"errors", "store", "read"},
-    "record": {"errors", "store", "record"},
-    "maintain": {"errors", "store", "read", "maintain"},
-    "interop": {"errors", "store", "read", "record", "interop"},
+    "store": {"_exports", "errors", "store"},
+    "read": {"_exports", "errors", "store", "read"},
+    "record": {"_exports", "errors", "store", "record"},
+    "maintain": {"_exports", "errors", "store", "read", "maintain"},
+    "interop": {"_exports", "errors", "store", "read", "record", "interop"},
     "cli": {"errors", "store", "read", "record", "maintain", "interop", "cli", "envs"},
     "__main__": {"cli"},
 }

@@ -10,7 +10,8 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 import rlds_writer
-from rlds_writer.read.decode import Decoder, LazySteps, flatten
+from rlds_writer.read.decode import Decoder, LazySteps
+from rlds_writer.read.nest import flatten
 
 
 def test_lazy_steps_equal_the_decoded_columns_for_every_storage_kind(tmp_path):

@@ -152,7 +152,9 @@ def test_remote_lock_from_another_host_is_never_taken_over(tmp_path, remote_styl
 
 
 def test_writer_directory_gives_each_writer_its_own_subdirectory(tmp_path):
-    assert rlds_writer.writer_directory(tmp_path, 3) == tmp_path / "writer-00003"
-    assert rlds_writer.writer_directory(tmp_path, "actor/7 b") == tmp_path / "writer-actor_7_b"
+    assert rlds_writer.store.writer_directory(tmp_path, 3) == tmp_path / "writer-00003"
+    assert (
+        rlds_writer.store.writer_directory(tmp_path, "actor/7 b") == tmp_path / "writer-actor_7_b"
+    )
     with pytest.raises(ValueError):
-        rlds_writer.writer_directory(tmp_path, "..")
+        rlds_writer.store.writer_directory(tmp_path, "..")

@@ -40,7 +40,7 @@ def four_writers(tmp_path_factory):
     for worker in range(4):
         process = ctx.Process(
             target=crash_child.write_dataset,
-            args=(str(rlds_writer.writer_directory(root, worker)), _ids(worker)),
+            args=(str(rlds_writer.store.writer_directory(root, worker)), _ids(worker)),
             kwargs={
                 "max_episodes_per_file": 4,
                 "metadata": {"recorder": "crash_child", "worker": worker},
@@ -59,7 +59,7 @@ def sources(four_writers, tmp_path):
     """A private copy of the four writers' directories."""
     out = []
     for worker in range(4):
-        source = rlds_writer.writer_directory(four_writers, worker)
+        source = rlds_writer.store.writer_directory(four_writers, worker)
         copy = tmp_path / "src" / source.name
         shutil.copytree(source, copy)
         out.append(copy)
@@ -87,7 +87,7 @@ def test_four_writers_merged_hold_every_episode_exactly_once(sources, tmp_path):
     assert report.shards_copied == 8 and not report.resumed
     assert crash_child.check_records(dest) == ALL_IDS  # contiguous shards, source order
     assert crash_child.check_loaded(dest) == ALL_IDS
-    assert rlds_writer.validate(dest)["ok"]
+    assert rlds_writer.maintain.validate(dest)["ok"]
     assert not rlds_writer.recover(dest).changed
     metadata = layout.read_json(dest / layout.METADATA)
     assert metadata["recorder"] == "crash_child"

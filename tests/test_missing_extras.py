@@ -138,7 +138,7 @@ def test_import_never_fails_and_using_the_feature_names_the_extra():
         "print('imported')\n"
         "try:\n"
         "    from rlds_writer import RecordRLDS\n"
-        "except rlds_writer.MissingDependencyError as e:\n"
+        "except rlds_writer.errors.MissingDependencyError as e:\n"
         "    assert isinstance(e, ModuleNotFoundError) and isinstance(e, ImportError)\n"
         "    assert isinstance(e, rlds_writer.RLDSWriterError)\n"
         "    print(e.name, e.extra)\n"
@@ -164,13 +164,13 @@ def test_import_never_fails_and_using_the_feature_names_the_extra():
             'pip install "rlds_writer[hf]"',
         ),
         (
-            "rlds_writer.export_hf(SRC, OUT)",
+            "rlds_writer.interop.export.export_hf(SRC, OUT)",
             "datasets",
             "exporting to Hugging Face datasets needs datasets, which is not installed: "
             'pip install "rlds_writer[hf]"',
         ),
         (
-            "rlds_writer.plot_statistics(rlds_writer.compute_statistics(SRC, "
+            "rlds_writer.maintain.plot_statistics(rlds_writer.maintain.compute_statistics(SRC, "
             "per_episode=True), OUT + '.png')",
             "matplotlib",
             "plotting statistics needs matplotlib, which is not installed: "
@@ -188,7 +188,7 @@ def test_python_calls_raise_the_same_error(tmp_path, catch, call, blocked, expec
     code = BLOCKER + (
         f"import rlds_writer\nSRC, OUT = {str(catch)!r}, {str(tmp_path / 'out')!r}\n"
         f"try:\n    {call}\n"
-        "except rlds_writer.MissingDependencyError as e:\n    print(e)\n"
+        "except rlds_writer.errors.MissingDependencyError as e:\n    print(e)\n"
     )
     result = _python(code, [blocked])
     assert result.returncode == 0, result.stderr

@@ -36,7 +36,7 @@ def test_dm_env_a_caught_bad_step_ends_the_episode_instead_of_leaving_a_hole(tmp
     env.reset()
     env.step(1)
     env.step(1)
-    with pytest.raises(rlds_writer.StepValueError, match="steps/n.*cut short"):
+    with pytest.raises(rlds_writer.errors.StepValueError, match="steps/n.*cut short"):
         env.step(1)  # refused after the env has stepped
     ts = env.step(1)  # the user carries on: nothing is recorded until reset
     while not ts.last():
@@ -81,7 +81,7 @@ def test_gymnasium_a_caught_bad_step_ends_the_episode_instead_of_leaving_a_hole(
     env.reset(seed=1)  # the first episode ends: the dataset's features are known
     env.step(0)
     env.step(0)
-    with pytest.raises(rlds_writer.StepValueError, match="out of range.*cut short"):
+    with pytest.raises(rlds_writer.errors.StepValueError, match="out of range.*cut short"):
         env.step(0)
     env.step(0)
     env.step(0)
@@ -98,7 +98,7 @@ def test_a_lone_surrogate_is_refused_at_the_step_and_later_episodes_still_record
     backend = rlds_writer.TFDSBackendWriter(tmp_path, config)
     obs = np.zeros((10, 5), np.float32)
     backend.begin_episode(obs, {"note": "start"})
-    with pytest.raises(rlds_writer.StepValueError, match="steps/note.*UTF-8"):
+    with pytest.raises(rlds_writer.errors.StepValueError, match="steps/note.*UTF-8"):
         backend.add_step(0, 0.0, 1.0, obs, {"note": "bad \ud800 text"})
     backend.add_step(0, 0.0, 1.0, obs, {"note": "fine"})
     backend.end_episode(terminated=True)
@@ -117,7 +117,7 @@ def test_an_integer_out_of_int64_range_is_refused_at_the_step_not_at_episode_end
     obs = np.zeros((10, 5), np.float32)
     backend.begin_episode(obs)
     backend.add_step(1, 0.0, 1.0, obs)
-    with pytest.raises(rlds_writer.StepValueError, match="steps/action.*out of range"):
+    with pytest.raises(rlds_writer.errors.StepValueError, match="steps/action.*out of range"):
         backend.add_step(2**70, 0.0, 1.0, obs)
     backend.add_step(2, 0.0, 1.0, obs)
     backend.end_episode(terminated=True)  # the episode is not dropped

@@ -110,7 +110,7 @@ def test_a_file_inside_a_dataset_names_the_dataset(catch):
 
 def test_open_dataset_raises_the_same_error_with_the_python_call_for_each_dataset(paths):
     parent, _ = paths["parent"]
-    with pytest.raises(rlds_writer.NotADatasetError) as raised:
+    with pytest.raises(rlds_writer.errors.NotADatasetError) as raised:
         rlds_writer.open_dataset(parent)
     error = raised.value
     assert isinstance(error, FileNotFoundError) and isinstance(error, rlds_writer.RLDSWriterError)
@@ -123,7 +123,7 @@ def test_open_dataset_raises_the_same_error_with_the_python_call_for_each_datase
     assert rlds_writer.open_dataset(a).splits == {"train": 2}
     for kind in ("missing", "file", "empty"):
         path, reason = paths[kind]
-        with pytest.raises(rlds_writer.NotADatasetError, match=reason):
+        with pytest.raises(rlds_writer.errors.NotADatasetError, match=reason):
             rlds_writer.open_dataset(path)
 
 
@@ -132,7 +132,7 @@ def test_the_search_below_a_directory_skips_hidden_and_linked_directories(tmp_pa
     (tmp_path / "link").symlink_to(catch.parent, target_is_directory=True)
     shutil.copytree(catch, tmp_path / "a" / "b" / "c" / "too_deep")
     shutil.copytree(catch, tmp_path / "a" / "b" / "shallow")
-    with pytest.raises(rlds_writer.NotADatasetError) as raised:
+    with pytest.raises(rlds_writer.errors.NotADatasetError) as raised:
         rlds_writer.open_dataset(tmp_path)
     assert raised.value.datasets == [str(tmp_path / "a" / "b" / "shallow")]
 
@@ -140,7 +140,7 @@ def test_the_search_below_a_directory_skips_hidden_and_linked_directories(tmp_pa
 def test_more_than_ten_datasets_below_are_counted_not_all_listed(tmp_path, catch):
     for i in range(12):
         shutil.copytree(catch, tmp_path / f"writer-{i:02d}")
-    with pytest.raises(rlds_writer.NotADatasetError) as raised:
+    with pytest.raises(rlds_writer.errors.NotADatasetError) as raised:
         rlds_writer.open_dataset(tmp_path)
     message = str(raised.value)
     assert "12 datasets below it" in message and message.endswith("(and 2 more)")

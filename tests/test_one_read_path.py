@@ -43,7 +43,7 @@ def test_statistics_never_import_tensorflow(pristine):
         "for m in ('tensorflow', 'tensorflow_datasets'):\n"
         "    sys.modules[m] = None  # any import of it fails\n"
         "import rlds_writer\n"
-        "stats = rlds_writer.compute_statistics(sys.argv[1])\n"
+        "stats = rlds_writer.maintain.compute_statistics(sys.argv[1])\n"
         "print(stats['splits']['train']['episodes'])\n"
     )
     out = subprocess.run(

@@ -18,7 +18,7 @@ import tensorflow_datasets as tfds
 
 from rlds_writer.errors import SpecError
 from rlds_writer.interop.export import export
-from rlds_writer.maintain.inspection import validate
+from rlds_writer.maintain.validation import validate
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.read.transitions import episode_transitions
 

@@ -119,7 +119,7 @@ def test_damaged_tail_of_a_closed_shard_is_dropped_and_kept_aside(dataset, damag
     assert scan_tfrecord(shard).tail_problem is None
     assert not rlds_writer.recover(dataset).changed  # idempotent
     assert crash_child.check_loaded(dataset) == expected
-    assert rlds_writer.validate(dataset)["ok"]
+    assert rlds_writer.maintain.validate(dataset)["ok"]
 
 
 @pytest.mark.parametrize("damage", [_truncate_mid_record, _append_torn_header])
@@ -313,4 +313,4 @@ def test_every_split_is_recovered(tmp_path):
     assert report.splits == {"train": [3, 1], "eval": [3]}
     assert crash_child.check_records(directory, "eval") == [100, 101, 102]
     assert crash_child.check_loaded(directory, "eval") == [100, 101, 102]
-    assert rlds_writer.validate(directory)["splits"]["eval"]["episodes"] == 3
+    assert rlds_writer.maintain.validate(directory)["splits"]["eval"]["episodes"] == 3

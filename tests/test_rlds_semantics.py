@@ -329,7 +329,7 @@ def test_step_fn_returning_a_non_dict_is_an_error(tmp_path, bad):
     env = CountingEnv(length=3)
     logged = _logger(tmp_path, env, _config(step_metadata_info={"t": np.int32}), step_fn=step_fn)
     logged.reset()
-    with pytest.raises(rlds_writer.StepValueError, match="step metadata.*dict"):
+    with pytest.raises(rlds_writer.errors.StepValueError, match="step metadata.*dict"):
         logged.step(1)
     logged.close()
 
@@ -409,7 +409,7 @@ def test_a_bad_value_mid_episode_ends_it_without_user_functions_too(tmp_path):
     with _logger(tmp_path, env) as logged:
         logged.reset()
         logged.step(1)
-        with pytest.raises(rlds_writer.StepValueError, match="steps/observation.*cut short"):
+        with pytest.raises(rlds_writer.errors.StepValueError, match="steps/observation.*cut short"):
             logged.step(2)
         timestep = logged.step(0)  # the env carries on: nothing recorded until reset
         assert not timestep.last()

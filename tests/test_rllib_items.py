@@ -40,7 +40,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 from rlds_writer import cli  # noqa: E402
 from rlds_writer.errors import SourceError  # noqa: E402
-from rlds_writer.interop import rllib_episodes, rllib_state  # noqa: E402
+from rlds_writer.interop.formats.rllib import importer as rllib_episodes  # noqa: E402
+from rlds_writer.interop.formats.rllib import state as rllib_state  # noqa: E402
 
 FUZZ = fuzz_settings(200)
 

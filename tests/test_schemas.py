@@ -40,7 +40,7 @@ def _our_episodes(path):
     out = []
     for episode in rlds_writer.open_dataset(path).episodes():
         columns = episode.pop("steps")
-        from rlds_writer.read.decode import rows
+        from rlds_writer.read.nest import rows
 
         out.append({**episode, "steps": list(rows(columns))})
     return out

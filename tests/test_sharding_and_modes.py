@@ -220,7 +220,9 @@ def test_store_ds_metadata_false_writes_no_metadata_json(tmp_path):
 def test_existing_dataset_without_mode_raises_and_is_left_untouched(tmp_path):
     write_with_rlds_writer(tmp_path, _config(), _episodes(2), max_episodes_per_file=1)
     before = {name: (tmp_path / name).read_bytes() for name in _files(tmp_path)}
-    with pytest.raises(rlds_writer.DatasetExistsError, match="mode='append'.*mode='overwrite'"):
+    with pytest.raises(
+        rlds_writer.errors.DatasetExistsError, match="mode='append'.*mode='overwrite'"
+    ):
         rlds_writer.TFDSBackendWriter(tmp_path, _config())
     with pytest.raises(FileExistsError):  # DatasetExistsError is a FileExistsError
         rlds_writer.EnvLogger(Catch(rows=3), data_directory=os.fspath(tmp_path))
@@ -266,7 +268,7 @@ def test_append_with_other_features_is_refused(tmp_path):
     write_with_rlds_writer(tmp_path, _config(), _episodes(1))
     other = _config()
     other.observation_info = tfds.features.Tensor(shape=(3,), dtype=F32)
-    with pytest.raises(rlds_writer.IncompatibleDatasetError, match="observation"):
+    with pytest.raises(rlds_writer.errors.IncompatibleDatasetError, match="observation"):
         rlds_writer.TFDSBackendWriter(tmp_path, other, mode="append")
     assert len(load_episodes(tmp_path)) == 1
 

@@ -51,7 +51,7 @@ def dataset(tmp_path_factory):
             "note": tfds.features.Text(),
         },
     )
-    writer = rlds_writer.DatasetWriter(path, cfg, max_episodes_per_file=2)
+    writer = rlds_writer.store.DatasetWriter(path, cfg, max_episodes_per_file=2)
     for i, (split, rewards, terminated) in enumerate(_EPISODES):
         buffer = new_buffer(writer)
         buffer.start(np.zeros(2, np.float32), _metadata(i, 0))
@@ -188,7 +188,7 @@ def test_encoded_fields_are_decoded_float64_reward_and_zlib_metadata(tmp_path):
         },
     )
     rewards = [[0.1, 1e-9, 1 / 3], [2.5]]
-    with rlds_writer.DatasetWriter(tmp_path / "ds", cfg) as writer:
+    with rlds_writer.store.DatasetWriter(tmp_path / "ds", cfg) as writer:
         for ep, rs in enumerate(rewards):
             buffer = new_buffer(writer)
             buffer.start(np.float32(0), {"z": np.array([ep, 1], np.float32)})
@@ -208,7 +208,7 @@ def test_encoded_fields_are_decoded_float64_reward_and_zlib_metadata(tmp_path):
 
 def test_plots_date_episodes_by_their_clock_field_and_draw_a_rolling_mean(tmp_path):
     assert cli.main(["record", "--output", str(tmp_path / "c"), "--episodes", "30"]) == 0
-    stats = rlds_writer.compute_statistics(tmp_path / "c", per_episode=True)
+    stats = rlds_writer.maintain.compute_statistics(tmp_path / "c", per_episode=True)
     per_episode = stats["splits"]["train"]["per_episode"]
     assert per_episode["time_field"] == "timestamp_ns"
     times = np.asarray(per_episode["time"])
@@ -219,5 +219,5 @@ def test_plots_date_episodes_by_their_clock_field_and_draw_a_rolling_mean(tmp_pa
     np.testing.assert_allclose(times, (np.asarray(ns) - ns[0]) * 1e-9, atol=1e-6)
     assert statistics.rolling_window(30) == 2 and statistics.rolling_window(400) == 20
     out = tmp_path / "plot.png"
-    rlds_writer.plot_statistics(stats, out)
+    rlds_writer.maintain.plot_statistics(stats, out)
     assert out.stat().st_size > 10_000

@@ -210,7 +210,7 @@ def test_bad_step_is_refused_with_field_expected_and_received(tmp_path, case):
     # Episode 1: a good transition, the bad one, then more good ones.
     backend.begin_episode(_obs(0), {"info": {"n": 0}})
     _add(backend, _good_step(0))
-    with pytest.raises(rlds_writer.StepValueError) as excinfo:
+    with pytest.raises(rlds_writer.errors.StepValueError) as excinfo:
         _add(backend, bad)
     message = str(excinfo.value)
     for fragment in fragments:
@@ -235,7 +235,9 @@ def test_bad_first_observation_is_refused_and_the_next_episode_records(tmp_path)
     backend = rlds_writer.TFDSBackendWriter(tmp_path, _config())
     bad = _obs(0)
     bad["pos"] = np.zeros(2, dtype=np.int32)
-    with pytest.raises(rlds_writer.StepValueError, match=r"steps/observation/pos.*int32\[2\]"):
+    with pytest.raises(
+        rlds_writer.errors.StepValueError, match=r"steps/observation/pos.*int32\[2\]"
+    ):
         backend.begin_episode(bad, {"info": {"n": 0}})
     assert not backend.in_episode
     backend.begin_episode(_obs(5), {"info": {"n": 5}})
@@ -251,9 +253,9 @@ def test_bad_episode_metadata_is_refused_naming_the_field(tmp_path):
     config.episode_metadata_info = {"seed": np.int64, "agent": tfds.features.Text()}
     backend = rlds_writer.TFDSBackendWriter(tmp_path, config)
     backend.begin_episode(_obs(0), {"info": {"n": 0}})
-    with pytest.raises(rlds_writer.StepValueError, match=r"seed.*int64.*float64\[3\]"):
+    with pytest.raises(rlds_writer.errors.StepValueError, match=r"seed.*int64.*float64\[3\]"):
         backend.set_episode_metadata({"seed": np.zeros(3), "agent": "x"})
-    with pytest.raises(rlds_writer.StepValueError, match=r"unexpected keys \['extra'\]"):
+    with pytest.raises(rlds_writer.errors.StepValueError, match=r"unexpected keys \['extra'\]"):
         backend.set_episode_metadata({"seed": 1, "agent": "x", "extra": 1})
     backend.set_episode_metadata({"seed": 3, "agent": "ok"})
     backend.close()
@@ -333,7 +335,7 @@ def test_non_dict_from_step_fn_fails_and_earlier_episodes_stay_loadable(tmp_path
     env.step(0)
     env.step(0)  # episode 0 done: step_fn called 3 times
     env.reset()
-    with pytest.raises(rlds_writer.StepValueError, match=r"step metadata.*dict.*tuple"):
+    with pytest.raises(rlds_writer.errors.StepValueError, match=r"step metadata.*dict.*tuple"):
         env.step(0)
     env.flush()
     # The env moved on past the refused step: its episode was ended right there,
@@ -352,7 +354,7 @@ def test_steps_after_close_are_refused_and_the_cut_short_episode_stays_whole(tmp
     env.reset()
     env.step(0)
     env.close()
-    with pytest.raises(rlds_writer.WriterClosedError):
+    with pytest.raises(rlds_writer.errors.WriterClosedError):
         env.step(0)
     (episode,) = load_episodes(tmp_path)
     assert [float(s["observation"]) for s in episode["steps"]] == [0.0, 1.0]
@@ -362,7 +364,9 @@ def test_step_metadata_for_a_dataset_without_any_is_refused(tmp_path):
     config = _config()
     config.step_metadata_info = {}
     backend = rlds_writer.TFDSBackendWriter(tmp_path, config)
-    with pytest.raises(rlds_writer.StepValueError, match=r"declares no step metadata.*'info'"):
+    with pytest.raises(
+        rlds_writer.errors.StepValueError, match=r"declares no step metadata.*'info'"
+    ):
         backend.begin_episode(_obs(0), {"info": {"n": 0}})
     backend.begin_episode(_obs(0))
     backend.close()
@@ -418,7 +422,7 @@ def test_scalar_casting_accepts_and_rejects_exactly_like_tfds(dtype):
             try:
                 buffer.start(value)
                 ours_ok = True
-            except rlds_writer.StepValueError as e:
+            except rlds_writer.errors.StepValueError as e:
                 ours_ok = False
                 assert "steps/observation" in str(e)
             assert ours_ok == tfds_ok, (

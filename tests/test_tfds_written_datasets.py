@@ -103,16 +103,16 @@ def test_recover_changes_nothing_on_a_tfds_built_dataset(dataset):
 
 
 def test_info_and_validate_find_a_tfds_built_dataset_sound(dataset):
-    summary = rlds_writer.info(dataset)
+    summary = rlds_writer.maintain.info(dataset)
     assert summary["problems"] == []
     assert summary["total"]["episodes"] == EPISODES
-    assert rlds_writer.validate(dataset)["ok"]
+    assert rlds_writer.maintain.validate(dataset)["ok"]
 
 
 def test_the_reader_and_stats_read_every_episode(dataset):
     episodes = rlds_writer.open_dataset(dataset)["train"]
     assert sorted(int(e["episode_id"]) for e in episodes) == list(range(EPISODES))
-    stats = rlds_writer.compute_statistics(dataset)
+    stats = rlds_writer.maintain.compute_statistics(dataset)
     assert stats["splits"]["train"]["episodes"] == EPISODES
 
 
@@ -148,6 +148,6 @@ def test_overwrite_of_a_tfds_built_dataset_leaves_none_of_its_shards(dataset):
         action_info=np.int64,
         reward_info=np.float32,
     )
-    rlds_writer.DatasetWriter(dataset, config, mode="overwrite").close()
+    rlds_writer.store.DatasetWriter(dataset, config, mode="overwrite").close()
     assert not list(dataset.glob("*-of-*"))
     assert rlds_writer.open_dataset(dataset).splits == {"train": 0}

@@ -52,7 +52,7 @@ def _append_tfds_encoded_episode(directory, **overrides):
 
 
 def test_info_summarizes_splits_steps_features_and_metadata(dataset):
-    summary = rlds_writer.info(dataset)
+    summary = rlds_writer.maintain.info(dataset)
     train = summary["splits"]["train"]
     assert (train["episodes"], train["steps"], train["shards"]) == (10, STEPS, 4)
     assert train["shard_lengths"] == [3, 3, 3, 1]
@@ -94,7 +94,7 @@ def test_info_tells_what_recover_would_fix(dataset):
     )
     with open(dataset / layout.shard_name(NAME, "train", "tfrecord", 3), "ab") as f:
         f.write(b"\x01" * 5)
-    problems = rlds_writer.info(dataset)["problems"]
+    problems = rlds_writer.maintain.info(dataset)["problems"]
     assert any("tfrecord-00002 is not listed" in p for p in problems)
     # The same words as the reader and validate: file, record, offset, reason, advice.
     assert any(
@@ -105,7 +105,7 @@ def test_info_tells_what_recover_would_fix(dataset):
 
 
 def test_validate_passes_a_sound_dataset(dataset, capsys):
-    result = rlds_writer.validate(dataset)
+    result = rlds_writer.maintain.validate(dataset)
     assert result["ok"] and result["violations"] == [] and result["first_violation"] is None
     assert result["splits"] == {"train": {"episodes": 10, "steps": STEPS}}
     assert cli.main(["validate", str(dataset)]) == 0
@@ -127,7 +127,7 @@ def test_validate_names_the_episode_and_step_of_the_first_violation(
 ):
     n = _append_tfds_encoded_episode(dataset, **overrides)
     step = n - 1 if step == "last" else step
-    result = rlds_writer.validate(dataset)
+    result = rlds_writer.maintain.validate(dataset)
     assert not result["ok"]
     first = result["first_violation"]
     assert (first["episode"], first["step"], first["record"]) == (10, step, 0)
@@ -144,19 +144,19 @@ def test_validate_flags_episodes_that_dataset_info_does_not_list(dataset):
     (dataset / layout.DATASET_INFO).write_text(
         json.dumps(layout.with_splits(info, {"train": ([3, 3, 3, 1], 0)}))
     )
-    result = rlds_writer.validate(dataset)
+    result = rlds_writer.maintain.validate(dataset)
     assert not result["ok"]
     assert "not listed" in result["first_violation"]["message"]
     assert "recover" in result["first_violation"]["message"]
     rlds_writer.recover(dataset)
-    assert rlds_writer.validate(dataset)["ok"]
+    assert rlds_writer.maintain.validate(dataset)["ok"]
 
 
 def test_validate_reports_a_torn_tail_as_needing_recover(dataset):
     shard = dataset / layout.shard_name(NAME, "train", "tfrecord", 3)
     with open(shard, "ab") as f:
         f.write(np.arange(40, dtype=np.uint8).tobytes())
-    result = rlds_writer.validate(dataset, max_violations=5)
+    result = rlds_writer.maintain.validate(dataset, max_violations=5)
     assert not result["ok"]
     assert "length CRC mismatch" in result["first_violation"]["message"]
     assert result["first_violation"]["shard"] == shard.name

@@ -49,7 +49,7 @@ def _listed_episodes(path):
 
 
 def test_flush_makes_episodes_loadable_while_writer_stays_open(tmp_path):
-    writer = rlds_writer.DatasetWriter(tmp_path, _config(), commit_interval=3600)
+    writer = rlds_writer.store.DatasetWriter(tmp_path, _config(), commit_interval=3600)
     try:
         _record(writer, 5)
         writer.flush()
@@ -75,7 +75,7 @@ def _steps_as_dicts(episodes):
 
 
 def test_dataset_info_is_committed_on_a_timer_without_flush(tmp_path):
-    writer = rlds_writer.DatasetWriter(tmp_path, _config(), commit_interval=0.2)
+    writer = rlds_writer.store.DatasetWriter(tmp_path, _config(), commit_interval=0.2)
     try:
         _record(writer, 3)
         deadline = time.monotonic() + 30
@@ -92,7 +92,7 @@ def test_error_in_writer_thread_reaches_caller_and_keeps_earlier_episodes(tmp_pa
         observation_info=tfds.features.Image(shape=(4, 4, 3), encoding_format="png"),
         action_info=np.int64,
     )
-    writer = rlds_writer.DatasetWriter(tmp_path, config, commit_interval=3600)
+    writer = rlds_writer.store.DatasetWriter(tmp_path, config, commit_interval=3600)
     good = np.zeros((4, 4, 3), np.uint8)
     for _ in range(2):
         buffer = new_buffer(writer)
@@ -104,7 +104,7 @@ def test_error_in_writer_thread_reaches_caller_and_keeps_earlier_episodes(tmp_pa
     # paths) and fails when the writer thread encodes it.
     buffer = new_buffer(writer)
     buffer.start(os.fspath(tmp_path / "missing.png"))
-    with pytest.raises(rlds_writer.WriterFailedError):
+    with pytest.raises(rlds_writer.errors.WriterFailedError):
         # Raised by this write (a small episode written inline) or, when the
         # writer thread takes it, by the next call.
         writer.write(buffer.finish(terminated=True))
@@ -112,9 +112,9 @@ def test_error_in_writer_thread_reaches_caller_and_keeps_earlier_episodes(tmp_pa
         while time.monotonic() < deadline:
             writer.flush()
             time.sleep(0.05)
-    with pytest.raises(rlds_writer.WriterFailedError):
+    with pytest.raises(rlds_writer.errors.WriterFailedError):
         writer.flush()
-    with pytest.raises(rlds_writer.WriterFailedError):
+    with pytest.raises(rlds_writer.errors.WriterFailedError):
         writer.close()
     episodes = _load(tmp_path)
     assert len(episodes) == 2
@@ -148,7 +148,7 @@ def test_interpreter_exit_writes_the_open_episode_cut_short(tmp_path):
 
 @pytest.mark.parametrize("obs_shape", [(3,), (64, 64, 3)], ids=["small_rows", "large_rows"])
 def test_env_reusing_its_observation_array_records_each_steps_value(tmp_path, obs_shape):
-    writer = rlds_writer.DatasetWriter(tmp_path, _config(obs_shape, np.uint8))
+    writer = rlds_writer.store.DatasetWriter(tmp_path, _config(obs_shape, np.uint8))
     shared = np.zeros(obs_shape, np.uint8)  # mutated in place, like vector envs do
     for e in range(4):  # several episodes, so recycled buffers are exercised
         buffer = new_buffer(writer)
@@ -168,12 +168,12 @@ def test_env_reusing_its_observation_array_records_each_steps_value(tmp_path, ob
 
 
 def test_close_is_idempotent_and_releases_the_lock(tmp_path):
-    writer = rlds_writer.DatasetWriter(tmp_path, _config())
+    writer = rlds_writer.store.DatasetWriter(tmp_path, _config())
     _record(writer, 1)
     writer.close()
     writer.close()
     assert not os.path.exists(tmp_path / layout.LOCK)
-    with pytest.raises(rlds_writer.WriterClosedError):
+    with pytest.raises(rlds_writer.errors.WriterClosedError):
         _record(writer, 1)
     info = json.loads((tmp_path / layout.DATASET_INFO).read_text())
     assert info["splits"][0]["shardLengths"] == ["1"]

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.verbose:
         import rlds_writer
 
-        rlds_writer._show_tensorflow_logs()
+        rlds_writer._tensorflow.show_tensorflow_logs()
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()

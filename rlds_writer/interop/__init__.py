@@ -1,27 +1,26 @@
-"""interop: datasets in other formats, in and out.
+"""interop: datasets in other formats, in and out, one plugin per format.
 
-Converters from other offline-RL formats to RLDS datasets.
+Each format is a subpackage of `rlds_writer.interop.formats` holding its
+importer (`convert`: another format to an RLDS dataset) and/or its exporter
+(`export`: an RLDS dataset to another format) and declaring both, with their
+options, in its `__init__` (`plugin.Importer`, `plugin.Exporter`,
+`plugin.Option`). `registry` collects them: `FORMATS` (the sources of
+`convert(source_format, ...)` and `rlds-writer convert --from`) and
+`EXPORT_FORMATS` (the targets of `export(..., to=...)` and `rlds-writer
+export --to`). `register` adds a format from outside the package.
 
-Each source format has a module with `convert(src, dest, **options)` returning
-a `ConversionReport`; `convert(source_format, src, dest, ...)` dispatches on
-the format name used by `rlds-writer convert --from`:
+Built in: `minari` (both ways), `d4rl-hdf5` (in), `rllib-episodes` (both
+ways), `lerobot` (both ways), `npz-dir` and `hdf5-episodes` (in, package
+`arrays`), `hf` and `d3rlpy` (out).
 
-* `minari`: Minari datasets (`rlds_writer.interop.minari`);
-* `d4rl-hdf5`: D4RL-style flat HDF5 files (`rlds_writer.interop.d4rl`);
-* `rllib-episodes`: RLlib's offline episode output
-  (`rlds_writer.interop.rllib_episodes`);
-* `lerobot`: LeRobot v3.0 dataset directories (`rlds_writer.interop.lerobot`);
-* `npz-dir`, `hdf5-episodes`: one episode per `.npz` file (or directory of
-  `.npy` files) or per HDF5 group, with a field mapping
-  (`rlds_writer.interop.array_episodes`).
-
-All of them write through `rlds_writer.DatasetWriter`; see
-`rlds_writer.interop.episodes` for the common RLDS alignment.
-
-Exporters the other way (RLDS to Minari, RLlib offline input, Hugging Face,
-LeRobot) live in
-`rlds_writer.interop.export` (`export(src, dest, to=...)`) and one
-`export_<format>` module per target.
+What the formats share stays here: `episodes` (source episodes → RLDS
+alignment → `DatasetWriter`) with `source_schema` (their merged schema),
+`export` (the export dispatch, the streaming source, the report), `staging`
+(complete-or-absent exports), `export_spaces` and `space_text` (spaces as
+data), and the untrusted-source readers `source_limits`, `hdf5_source` and
+`npy_source`. `package_sources` is what the TFDS builders of `builders/` run;
+`beam_convert` (with `beam_sources`, `beam_steps`) runs `convert` as an
+Apache Beam pipeline.
 
 May import: `rlds_writer.errors`, `store`, `record`, `read`. Never `maintain`
 or `cli`.
@@ -29,116 +28,23 @@ or `cli`.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import os
 from typing import Any
 
-from rlds_writer.errors import optional_dependencies
+from rlds_writer._exports import lazy_exports
+from rlds_writer.interop.plugin import Exporter, Importer, Option
+from rlds_writer.interop.registry import EXPORT_FORMATS, FORMATS, register, unregister
 
-
-@dataclasses.dataclass(frozen=True)
-class Format:
-    """A format `convert` reads or `export` writes: its code and how to describe it.
-
-    The command line builds its choices and help from these, so they cannot drift.
-
-    Attributes:
-      code: the module with its `convert`/`export`, or "module:function".
-      title: what it is, in a user's words ("Minari datasets").
-      path: what SRC (convert) or DEST (export) is for it.
-      extra: the setup.py extra(s) that install its libraries ("rllib,convert"),
-        or None if the core install has them.
-    """
-
-    code: str
-    title: str
-    path: str
-    extra: str | None = None
-
-    def run(self, feature: str, *args: Any, **options: Any) -> Any:
-        """Calls the format's function with `args`, `options`.
-
-        A missing optional library is a `MissingDependencyError` naming `feature`
-        ("converting Minari datasets") and the extra to install.
-        """
-        module, _, function = self.code.partition(":")
-        with optional_dependencies(feature, self.extra):
-            return getattr(importlib.import_module(module), function)(*args, **options)
-
-
-# The sources of `convert(source_format, ...)`.
-FORMATS = {
-    "minari": Format(
-        "rlds_writer.interop.minari:convert",
-        "Minari datasets",
-        "a Minari dataset directory or local dataset id",
-        "convert",
-    ),
-    "d4rl-hdf5": Format(
-        "rlds_writer.interop.d4rl:convert", "D4RL-style HDF5 files", "an .hdf5 file", "convert"
-    ),
-    "rllib-episodes": Format(
-        "rlds_writer.interop.rllib_episodes:convert",
-        "RLlib offline episode output",
-        "the directory given to RLlib's config.offline_data(output=...)",
-        "rllib,convert",
-    ),
-    "lerobot": Format(
-        "rlds_writer.interop.lerobot:convert",
-        "LeRobot v3.0 datasets",
-        "a LeRobot dataset directory",
-        "lerobot",
-    ),
-    "npz-dir": Format(
-        "rlds_writer.interop.array_episodes:convert_npz",
-        "episodes as .npz files (or directories of .npy files)",
-        "a directory of them, one per episode",
-    ),
-    "hdf5-episodes": Format(
-        "rlds_writer.interop.array_episodes:convert_hdf5",
-        "HDF5 files of episode groups",
-        "an .hdf5 file with one group per episode",
-        "convert",
-    ),
-}
-
-
-# The targets of `export(src, dest, to=...)` (`rlds_writer.interop.export`).
-EXPORT_FORMATS = {
-    "minari": Format(
-        "rlds_writer.interop.export_minari:export",
-        "Minari datasets",
-        "a Minari dataset id (e.g. cartpole/random-v0), created in the local Minari root "
-        "(MINARI_DATASETS_PATH); minari.load_dataset(DEST) opens it",
-        "convert",
-    ),
-    "rllib-episodes": Format(
-        "rlds_writer.interop.export_rllib:export",
-        "RLlib offline input",
-        "a new directory for config.offline_data(input_=[DEST])",
-        "rllib,convert",
-    ),
-    "hf": Format(
-        "rlds_writer.interop.export_hf:export",
-        "Hugging Face datasets",
-        "a new directory for datasets.load_dataset(DEST)",
-        "hf",
-    ),
-    "d3rlpy": Format(
-        "rlds_writer.interop.export_d3rlpy:export",
-        "d3rlpy dataset files",
-        "a new HDF5 file for d3rlpy.dataset.ReplayBuffer.load(DEST, "
-        "d3rlpy.dataset.InfiniteBuffer())",
-        "convert",
-    ),
-    "lerobot": Format(
-        "rlds_writer.interop.export_lerobot:export",
-        "LeRobot v3.0 datasets",
-        "a new directory for LeRobotDataset(repo_id, root=DEST)",
-        "lerobot",
-    ),
-}
+__all__ = [
+    "EXPORT_FORMATS",
+    "FORMATS",
+    "Exporter",
+    "Importer",
+    "Option",
+    "convert",
+    "register",
+    "unregister",
+]
 
 
 def convert(
@@ -172,16 +78,19 @@ def convert(
     # Before anything is written: a destination over the source would destroy it.
     from rlds_writer.store import names
 
-    names.check_disjoint(_source_path(source_format, src), dest)
     source = FORMATS[source_format]
-    return source.run(f"converting {source.title}", src, dest, **options)
+    names.check_disjoint(source.resolve_source(os.fspath(src)), dest)
+    return source.run(src, dest, **options)
 
 
-def _source_path(source_format: str, src: os.PathLike | str) -> str:
-    """The path a source is read from (a local Minari id is its dataset directory)."""
-    path = os.fspath(src)
-    if source_format == "minari" and not os.path.exists(path):
-        from rlds_writer.interop.staging import minari_root
-
-        return os.fspath(minari_root() / path)
-    return path
+# `export` (the module: the function is `rlds_writer.export`) with the exporters
+# by name, `export.export_minari`, ...
+lazy_exports(
+    globals(),
+    {
+        "ExportReport": ("rlds_writer.interop.export", "ExportReport"),
+        "to_d3rlpy": ("rlds_writer.interop.formats.d3rlpy.exporter", "to_d3rlpy"),
+    },
+    submodules=("export",),
+    defined=tuple(__all__),
+)

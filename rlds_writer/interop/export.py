@@ -1,15 +1,11 @@
 """RLDS datasets out to offline-RL consumers: what every exporter shares.
 
-Each target format has a module with `export(src, dest, **options)` returning
-an `ExportReport`; `export(src, dest, to=FORMAT, ...)` dispatches on the
-format name used by `rlds-writer export --to`:
-
-* `minari`: a Minari dataset (`rlds_writer.interop.export_minari`);
-* `rllib-episodes`: RLlib's offline episode input
-  (`rlds_writer.interop.export_rllib`);
-* `hf`: a Hugging Face `datasets` directory (`rlds_writer.interop.export_hf`);
-* `d3rlpy`: d3rlpy's dataset file (`rlds_writer.interop.export_d3rlpy`);
-* `lerobot`: a LeRobot v3.0 dataset (`rlds_writer.interop.export_lerobot`).
+Each target format's exporter (`interop.formats.<format>.exporter`) has an
+`export(src, dest, **options)` returning an `ExportReport`; `export(src, dest,
+to=FORMAT, ...)` dispatches on the name used by `rlds-writer export --to`,
+through the registry (`interop.EXPORT_FORMATS`: `minari`, `rllib-episodes`,
+`hf`, `d3rlpy`, `lerobot` and any format registered with `interop.register`),
+and runs it staged (`interop.staging`).
 
 Every exporter streams: it reads the source with the TF-free reader one
 episode at a time (`source_episodes`), so memory is bounded by one episode.
@@ -31,11 +27,11 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import SpecError, counted, optional_dependencies
-from rlds_writer.interop import EXPORT_FORMATS
-from rlds_writer.read.decode import map_tree
+from rlds_writer.interop.registry import EXPORT_FORMATS
+from rlds_writer.read.nest import map_tree
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.read.transitions import CUT_SHORT_MODES, episode_end
-from rlds_writer.store.locate import require_dataset
+from rlds_writer.store.dataset import Dataset
 
 # The targets (`export --to`) are listed with the sources in `rlds_writer.interop`.
 FORMATS = EXPORT_FORMATS
@@ -96,13 +92,13 @@ class ExportReport:
 
 
 def needs_libraries(to: str) -> Any:
-    """Decorates format `to`'s own `export` (public as `rlds_writer.export_<format>`).
+    """Decorates format `to`'s own `export` (public as `export_<format>` in this module).
 
     A library of the format missing inside it becomes a `MissingDependencyError`
     naming the extra to install, as through `export(..., to=...)`.
     """
     target = FORMATS[to]
-    return optional_dependencies(f"exporting to {target.title}", target.extra)
+    return optional_dependencies(target.feature, target.extra)
 
 
 def check_cut_short(cut_short: str) -> None:
@@ -128,18 +124,18 @@ def new_output_directory(dest: os.PathLike | str, episodes_per_file: int | None 
     return directory
 
 
-def open_source(src: os.PathLike | str, split: str) -> Any:
+def open_source(src: Dataset | os.PathLike | str, split: str) -> Any:
     """Opens an RLDS dataset for export and checks that `split` exists.
 
     Raises:
       NotADatasetError: `src` is not a dataset.
       ValueError: for an unknown split.
     """
-    require_dataset(src)
     reader = open_dataset(src)
     if split not in reader.splits:
         raise ValueError(
-            f"{src}: no split {split!r}; the dataset has {sorted(reader.splits)} (pass --split)"
+            f"{reader.path}: no split {split!r}; the dataset has {sorted(reader.splits)} "
+            "(pass --split)"
         )
     return reader
 
@@ -295,7 +291,8 @@ def export(
       dest: the destination (for `minari`, a Minari dataset id; for
         `rllib-episodes`, `hf` and `lerobot`, a directory; for `d3rlpy`, an
         HDF5 file).
-      to: one of `FORMATS` (`minari`, `rllib-episodes`, `hf`, `d3rlpy`, `lerobot`).
+      to: one of `FORMATS` (`minari`, `rllib-episodes`, `hf`, `d3rlpy`, `lerobot`,
+        and formats registered with `interop.register`).
       **options: the format's `export` options (split, cut_short, ...).
 
     Returns:
@@ -308,45 +305,40 @@ def export(
       UnsafePathError: for a destination overlapping the source.
       FileExistsError: for a destination that holds something.
     """
-    from rlds_writer.interop import staging
-
     if to not in FORMATS:
         raise ValueError(f"unknown export format {to!r}; expected one of {list(FORMATS)}")
-    target_format = FORMATS[to]
-    feature = f"exporting to {target_format.title}"
+    target = FORMATS[to]
 
-    def run(source: Any, target: Any) -> ExportReport:
-        return target_format.run(feature, source, target, **options)
+    def run(source: Any, where: Any) -> ExportReport:
+        return target.run(source, where, **options)
 
     # Staging itself may need the format's library (Minari's root).
-    with optional_dependencies(feature, target_format.extra):
-        if to == "minari":
-            return staging.export_minari_staged(run, src, os.fspath(dest))
-        return staging.export_staged(run, src, dest, file=to == "d3rlpy")
+    with optional_dependencies(target.feature, target.extra):
+        return target.staged(run, src, dest)
 
 
-# The public per-format names (`rlds_writer.export_minari`, ...): the same
+# The public per-format names (`rlds_writer.interop.export.export_minari`, ...): the same
 # staging and checks as `export(..., to=...)`; options as in each module.
 def export_minari(src: os.PathLike | str, dest: str, **options: Any) -> ExportReport:
-    """`export(src, dest, to="minari", ...)`; options: `export_minari.export`."""
+    """`export(src, dest, to="minari", ...)`; options: `formats.minari.exporter.export`."""
     return export(src, dest, to="minari", **options)
 
 
 def export_rllib(src: os.PathLike | str, dest: os.PathLike | str, **options: Any) -> ExportReport:
-    """`export(src, dest, to="rllib-episodes", ...)`; options: `export_rllib.export`."""
+    """`export(src, dest, to="rllib-episodes", ...)`; options: `formats.rllib.exporter.export`."""
     return export(src, dest, to="rllib-episodes", **options)
 
 
 def export_hf(src: os.PathLike | str, dest: os.PathLike | str, **options: Any) -> ExportReport:
-    """`export(src, dest, to="hf", ...)`; options: `export_hf.export`."""
+    """`export(src, dest, to="hf", ...)`; options: `formats.hf.exporter.export`."""
     return export(src, dest, to="hf", **options)
 
 
 def export_d3rlpy(src: os.PathLike | str, dest: os.PathLike | str, **options: Any) -> ExportReport:
-    """`export(src, dest, to="d3rlpy", ...)`; options: `export_d3rlpy.export`."""
+    """`export(src, dest, to="d3rlpy", ...)`; options: `formats.d3rlpy.exporter.export`."""
     return export(src, dest, to="d3rlpy", **options)
 
 
 def export_lerobot(src: os.PathLike | str, dest: os.PathLike | str, **options: Any) -> ExportReport:
-    """`export(src, dest, to="lerobot", ...)`; options: `export_lerobot.export`."""
+    """`export(src, dest, to="lerobot", ...)`; options: `formats.lerobot.exporter.export`."""
     return export(src, dest, to="lerobot", **options)

@@ -6,15 +6,15 @@ a directory that its consumer loads without complaint with half the episodes
 whatever files they find). So `export(src, dest, to=...)` never lets an
 exporter write at `dest`:
 
-1. it resolves the final path (for Minari, the dataset's directory
-   `<MINARI_DATASETS_PATH>/<dataset id>`), refuses a destination that
+1. it resolves the final path, refuses a destination that
    overlaps the source (`store.names.check_disjoint`) or already holds
    something, all before anything is written;
 2. it makes a private staging directory next to it,
    `.<name>.partial-<pid>-<random>` (`tempfile.mkdtemp`: created exclusively,
    mode 0700, so no one can plant links in it), and the exporter writes
-   `<staging>/<name>` (Minari: the staging directory is the Minari root while
-   the exporter runs);
+   `<staging>/<name>` (a format that writes elsewhere declares its own staging
+   built from these parts: Minari's, `formats/minari/staging.py`, makes the
+   staging directory the Minari root while the exporter runs);
 3. when the exporter returns, the result is renamed to the final path (one
    `rename` on the same file system: a reader sees nothing or everything) and
    the staging directory is removed; on an error it is removed with what it
@@ -32,7 +32,6 @@ import os
 import re
 import shutil
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,24 +39,6 @@ from typing import Any
 from rlds_writer.store import layout, names
 
 _PARTIAL = ".partial-"
-# The Minari root is process-wide state (an environment variable): one export at a time.
-_MINARI_ROOT = threading.Lock()
-
-
-def minari_root() -> Path:
-    """Minari's local datasets root, as `minari.storage.get_dataset_path` finds it (no mkdir)."""
-    root = os.environ.get("MINARI_DATASETS_PATH")
-    return Path(root) if root is not None else Path.home() / ".minari" / "datasets"
-
-
-def minari_dataset_path(dataset_id: str) -> Path:
-    """The directory of Minari dataset `dataset_id`; refuses ids that climb out of the root."""
-    names.check_relative_path(
-        dataset_id,
-        "Minari dataset id",
-        fix="expected e.g. 'cartpole/random-v0' (namespace/name-vN)",
-    )
-    return minari_root() / dataset_id
 
 
 def stale_partials(final: Path) -> list[Path]:
@@ -110,13 +91,14 @@ def move_into_place(built: Path, final: Path) -> None:
     layout.fsync_directory(final.parent)
 
 
-def _relabel(report: Any, staged: str, final: str) -> None:
+def relabel(report: Any, staged: str, final: str) -> None:
     """Points the report at the final path instead of the staging one."""
     report.destination = final
     report.notes = [note.replace(staged, final) for note in report.notes]
 
 
-def _note_stale(report: Any, stale: list[Path]) -> None:
+def note_stale(report: Any, stale: list[Path]) -> None:
+    """Tells in the report of staging directories earlier exports left behind."""
     if stale:
         shown = ", ".join(str(p) for p in stale[:3])
         report.notes.append(
@@ -144,69 +126,6 @@ def export_staged(
         built = staging / final.name
         report = run(src, built)
         move_into_place(built, final)
-    _relabel(report, os.fspath(built), os.fspath(dest))
-    _note_stale(report, stale)
+    relabel(report, os.fspath(built), os.fspath(dest))
+    note_stale(report, stale)
     return report
-
-
-def export_minari_staged(run: Callable[..., Any], src: os.PathLike | str, dataset_id: str) -> Any:
-    """Runs a Minari export with a staging directory as the Minari root, then moves it in.
-
-    Minari writes `<root>/<dataset id>`; the staging root is next to the
-    final dataset directory, and only that dataset directory is renamed into
-    the real root (its namespace is created there first, as Minari does).
-    """
-    dataset_id = os.fspath(dataset_id)
-    namespace = minari_namespace(dataset_id)
-    final = minari_dataset_path(dataset_id)
-    names.check_disjoint(src, final, src_what="source dataset")
-    if os.path.lexists(final):
-        raise FileExistsError(
-            f"{final}: Minari dataset {dataset_id!r} already exists; delete it "
-            f"(`minari delete {dataset_id}`) or pick another id or version"
-        )
-    _real_namespace(namespace, final)
-    stale = stale_partials(final)
-    with _MINARI_ROOT, staging_directory(final) as staging:
-        before = os.environ.get("MINARI_DATASETS_PATH")
-        os.environ["MINARI_DATASETS_PATH"] = os.fspath(staging)
-        try:
-            report = run(src, dataset_id)
-        finally:
-            if before is None:
-                os.environ.pop("MINARI_DATASETS_PATH", None)
-            else:
-                os.environ["MINARI_DATASETS_PATH"] = before
-        if os.path.lexists(final):
-            raise FileExistsError(f"{final}: appeared during the export; pick another id")
-        os.rename(staging / dataset_id, final)
-        layout.fsync_directory(final.parent)
-    _relabel(report, os.fspath(staging), os.fspath(minari_root()))
-    report.destination = dataset_id
-    _note_stale(report, stale)
-    return report
-
-
-def minari_namespace(dataset_id: str) -> str | None:
-    """The namespace of a Minari dataset id; refuses what Minari cannot parse."""
-    from minari.dataset.minari_dataset import parse_dataset_id
-
-    try:
-        namespace, _, version = parse_dataset_id(dataset_id)
-    except (ValueError, TypeError):  # TypeError: Minari's int(None) for a missing version
-        version = None
-    if version is not None:
-        return namespace
-    raise ValueError(
-        f"{dataset_id!r} is not a Minari dataset id: expected (namespace/)name-v<version>, "
-        "e.g. cartpole/random-v0"
-    )
-
-
-def _real_namespace(namespace: str | None, final: Path) -> None:
-    """Creates the dataset's namespace in the real Minari root if it is missing."""
-    from minari.namespace import create_namespace, list_local_namespaces
-
-    if namespace is not None and namespace not in list_local_namespaces():
-        create_namespace(namespace)
-    final.parent.mkdir(parents=True, exist_ok=True)

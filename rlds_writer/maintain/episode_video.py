@@ -26,8 +26,10 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.maintain.statistics import is_clock_field
-from rlds_writer.read.decode import Decoder, LazySteps, flatten
+from rlds_writer.read.decode import Decoder, LazySteps
+from rlds_writer.read.nest import flatten
 from rlds_writer.read.reader import open_dataset
+from rlds_writer.store.dataset import Dataset
 from rlds_writer.store.features import Leaf
 
 _FLAGS = {"is_first", "is_last", "is_terminal"}
@@ -335,7 +337,7 @@ def _image_leaves(leaves: Sequence[Leaf]) -> list[str]:
 
 
 def render_episode(
-    path: os.PathLike | str,
+    path: Dataset | os.PathLike | str,
     out: os.PathLike | str,
     *,
     episode: int = 0,
@@ -349,7 +351,7 @@ def render_episode(
     with the episode's length.
 
     Args:
-      path: the dataset directory.
+      path: the dataset directory (local or object storage), or a `Dataset`.
       out: the output file; `.gif` (Pillow) or `.mp4` (needs PyAV).
       episode: the episode's index in the split.
       split: the split (TFDS split syntax).
@@ -369,6 +371,7 @@ def render_episode(
     if not fps > 0:
         raise ValueError(f"--fps must be above 0, got {fps}")
     with open_dataset(path) as reader:
+        path = reader.path
         episodes = reader.episodes(split)
         if not 0 <= episode < len(episodes):
             raise ValueError(

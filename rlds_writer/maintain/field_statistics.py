@@ -39,6 +39,7 @@ from rlds_writer.maintain.statistics import iter_step_columns
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.store import features as features_lib
 from rlds_writer.store import layout
+from rlds_writer.store.dataset import Dataset
 
 SAMPLE_ROWS = 100_000
 SAMPLE_ELEMENTS = 10_000_000
@@ -46,7 +47,7 @@ MAX_ELEMENTS = 4096
 QUANTILES = {"q01": 0.01, "q99": 0.99}
 _TRANSITION = ("action", "reward", "discount")
 _FLAGS = ("is_first", "is_last", "is_terminal")
-_NUMERIC_KINDS = (features_lib.NUMERIC, features_lib.RAW, features_lib.ZLIB)
+_NUMERIC_KINDS = (*features_lib.NUMERIC_KINDS, *features_lib.ENCODED_KINDS)
 _CACHE = "dataset_statistics_{split}.json"
 
 
@@ -174,16 +175,16 @@ def _complete(cached: Any, reader: Any, split: str, fingerprint: str) -> bool:
     return True
 
 
-def _open_split(path: os.PathLike | str, split: str) -> Any:
+def _open_split(path: Dataset | os.PathLike | str, split: str) -> Any:
     reader = open_dataset(path)
     if split not in reader.splits:
         available = list(reader.splits)
-        raise ValueError(f"{path}: no split {split!r}; the dataset has splits {available}")
+        raise ValueError(f"{reader.path}: no split {split!r}; the dataset has splits {available}")
     return reader
 
 
 def compute_field_statistics(
-    path: os.PathLike | str, split: str = "train", *, seed: int = 0
+    path: Dataset | os.PathLike | str, split: str = "train", *, seed: int = 0
 ) -> dict[str, Any]:
     """Computes per-dimension statistics of a split (no cache; see `dataset_statistics`).
 
@@ -240,7 +241,7 @@ def _compute(reader: Any, split: str, seed: int) -> dict[str, Any]:
 
 
 def dataset_statistics(
-    path: os.PathLike | str, split: str = "train", *, cache: bool = True
+    path: Dataset | os.PathLike | str, split: str = "train", *, cache: bool = True
 ) -> dict[str, Any]:
     """Per-dimension statistics of a split, cached next to the dataset.
 
@@ -249,14 +250,18 @@ def dataset_statistics(
       split: the split.
       cache: read `dataset_statistics_<split>.json` when its fingerprint
         matches the shards, and write it after computing. With False, compute
-        and write nothing.
+        and write nothing. A dataset in object storage is never written to:
+        its statistics are computed each time.
 
     Returns:
       See `compute_field_statistics`; with a `fingerprint` key.
     """
     reader = _open_split(path, split)
+    if not reader.dataset.is_local:
+        # Reading tools never write into a bucket; the fingerprint needs local stats.
+        return _compute(reader, split, seed=0)
     fingerprint = _fingerprint(reader, split)
-    cache_path = os.path.join(os.fspath(path), _CACHE.format(split=split))
+    cache_path = os.path.join(reader.path, _CACHE.format(split=split))
     if cache and os.path.isfile(cache_path) and not os.path.islink(cache_path):
         try:
             with open(cache_path, encoding="utf-8") as f:

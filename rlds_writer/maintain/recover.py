@@ -9,6 +9,7 @@ from __future__ import annotations
 from etils import epath
 
 from rlds_writer.store import layout
+from rlds_writer.store.dataset import Dataset
 from rlds_writer.store.locate import not_a_dataset
 from rlds_writer.store.locking import DirectoryLock
 from rlds_writer.store.recovery import RecoveryReport, ShardReport, run_recovery
@@ -17,7 +18,7 @@ __all__ = ["RecoveryReport", "ShardReport", "recover"]
 
 
 def recover(
-    path: epath.PathLike,
+    path: Dataset | epath.PathLike,
     *,
     dry_run: bool = False,
     verify_data: bool = True,
@@ -28,7 +29,8 @@ def recover(
     (`SequentialWriter`, `tfds build`, Beam), whatever their shard names.
 
     Args:
-      path: the dataset directory (local or any `etils.epath` path).
+      path: the dataset directory (local or any `etils.epath` path), or a
+        `Dataset` (recover then rewrites its listing: reopen it afterwards).
       dry_run: report what would be done without changing anything.
       verify_data: check the data CRC of every TFRecord record. With False,
         shards whose record count matches `dataset_info.json` only have their
@@ -49,6 +51,8 @@ def recover(
       DiskFullError: the disk filled up; nothing already written was lost and
         running it again with free space finishes the repair.
     """
+    if isinstance(path, Dataset):
+        path = path.path
     path = epath.Path(path)
     if not path.is_dir():
         raise not_a_dataset(path)

@@ -45,12 +45,13 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import counted, import_optional
-from rlds_writer.read.decode import Decoder, flatten
+from rlds_writer.read.decode import Decoder
+from rlds_writer.read.nest import flatten
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.read.transitions import episode_end
 from rlds_writer.store import features as features_lib
 from rlds_writer.store import layout
-from rlds_writer.store.locate import require_dataset
+from rlds_writer.store.dataset import Dataset, open_handle
 
 _CORE_STEP_FIELDS = frozenset(
     {"observation", "action", "reward", "discount", "is_first", "is_last", "is_terminal"}
@@ -170,7 +171,7 @@ def _episode_length(columns: Mapping[str, np.ndarray]) -> int:
 
 
 # Kinds of stored values whose decoded numbers statistics are taken of.
-_NUMERIC_KINDS = (features_lib.NUMERIC, features_lib.RAW, features_lib.ZLIB)
+_NUMERIC_KINDS = (*features_lib.NUMERIC_KINDS, *features_lib.ENCODED_KINDS)
 # Every RLDS dataset has is_first; its row length is the episode's step count.
 _LENGTH_KEY = "is_first"
 
@@ -212,7 +213,7 @@ def iter_step_columns(reader: Any, split: str, leaves: Sequence[Any]) -> Iterato
 
 
 def compute_statistics(
-    path: os.PathLike | str,
+    path: Dataset | os.PathLike | str,
     split: str | Sequence[str] | None = None,
     *,
     progress: bool = False,
@@ -221,7 +222,8 @@ def compute_statistics(
     """Computes per-split statistics of an RLDS dataset, streaming, without TensorFlow.
 
     Args:
-      path: a dataset directory (written by rlds_writer or by TFDS).
+      path: a dataset directory (written by rlds_writer or by TFDS; local or
+        object storage), or a `Dataset`.
       split: one split name, a list of them, or None for every split.
       progress: show a tqdm progress bar per split.
       per_episode: also return every episode's return and length (for plots)
@@ -242,8 +244,9 @@ def compute_statistics(
     """
     from tqdm import tqdm
 
-    require_dataset(path)
-    reader = open_dataset(path)
+    dataset = open_handle(path)
+    path = dataset.path
+    reader = open_dataset(dataset)
     available = list(reader.splits)
     if split is None:
         names = available

@@ -1,10 +1,28 @@
 """read: the TF-free reading path.
 
-Shard readers (TFRecord frames, ArrayRecord chunks), record decoding into
-numpy exactly as TFDS decodes, TFDS split syntax, the dataset and episode
-views, and the PyTorch datasets. Every tool that reads records (`info`,
-`validate`, `stats`, `recover`, `merge`) goes through here.
+`open_dataset` returns a `DatasetReader` (splits, episodes decoded to numpy
+exactly as TFDS decodes them, random access by index); under it are the
+shard readers (`shards.py`: TFRecord frames, ArrayRecord chunks), record
+decoding (`decode.py`; `nest.py` holds the nested-dict helpers many modules
+share), images (`images.py`, `png.py`), TFDS split syntax (`splits.py`),
+RLDS steps as transitions (`transitions.py`) and the PyTorch datasets
+(`torch_data.py`, `torch_transitions.py`). `info`, `validate`, `stats`,
+`show` and the exporters read records through here.
 
-May import: `rlds_writer.errors`, `rlds_writer.store` format modules. Never
-`record`, `maintain`, `convert` or `cli`.
+Public here: `open_dataset`, `DatasetReader`.
+
+May import: `rlds_writer.errors`, `rlds_writer.store`. Never `record`,
+`maintain`, `interop` or `cli`.
 """
+
+from __future__ import annotations
+
+from rlds_writer._exports import lazy_exports
+
+lazy_exports(
+    globals(),
+    {
+        "open_dataset": ("rlds_writer.read.reader", "open_dataset"),
+        "DatasetReader": ("rlds_writer.read.reader", "DatasetReader"),
+    },
+)

@@ -15,8 +15,9 @@ import numpy as np
 
 from rlds_writer.errors import DecodeError, UnsupportedFeatureError
 from rlds_writer.read.images import check_field, decode_image
+from rlds_writer.read.nest import map_tree, put
 from rlds_writer.store import wire
-from rlds_writer.store.features import IMAGE, NUMERIC, RAW, STRING, ZLIB, Features, Leaf
+from rlds_writer.store.features import BYTES, TEXT, ZLIB, Features, Leaf
 
 
 def _stack(key: str, items: list[np.ndarray], shape: tuple, dtype: np.dtype) -> Any:
@@ -67,12 +68,12 @@ class Decoder:
 
     def _pick_count_leaf(self) -> Leaf | None:
         def rank(leaf: Leaf) -> int:
-            if leaf.kind == NUMERIC:
+            if leaf.is_numeric:
                 return 0 if leaf.wire_type == "float" else 1
-            return 2 if leaf.kind == STRING else 3
+            return 2 if leaf.kind == TEXT else 3
 
         def countable(leaf: Leaf) -> bool:
-            if leaf.kind in (NUMERIC, STRING):
+            if leaf.is_numeric or leaf.kind == TEXT:
                 return leaf.static and leaf.size > 0
             return not leaf.dynamic  # one bytes entry per step, whatever its shape
 
@@ -82,7 +83,7 @@ class Decoder:
         return min(candidates, key=rank)
 
     def _per_step(self, leaf: Leaf) -> int:
-        return leaf.size if leaf.kind in (NUMERIC, STRING) else 1
+        return leaf.size if leaf.is_numeric or leaf.kind == TEXT else 1
 
     def num_steps(self, buf: bytes, where: str = "") -> int:
         """Counts an episode's steps from one field, without decoding values."""
@@ -134,7 +135,7 @@ class Decoder:
                 raise DecodeError(
                     f"{where}: {leaf.key} has {n} steps, other step fields have {num_steps}"
                 )
-            _put(out, leaf.path, value)
+            put(out, leaf.path, value)
         if self.features.has_steps and "steps" not in out:
             out["steps"] = {}
         for leaf in self.episode_leaves:
@@ -150,9 +151,9 @@ class Decoder:
                 if isinstance(e, DecodeError):
                     raise DecodeError(f"{where}: {e}") from e
                 raise DecodeError(f"{where}: {leaf.key}: {e}") from e
-            _put(out, leaf.path, value)
+            put(out, leaf.path, value)
         for path in self.features.empty_dicts:
-            _put(out, path, {})  # as TFDS gives them back
+            put(out, path, {})  # as TFDS gives them back
         return out
 
     def _numbers(self, buf: bytes, loc: tuple[int, int, int] | None, leaf: Leaf) -> np.ndarray:
@@ -181,15 +182,15 @@ class Decoder:
 
     def _decode_steps(self, buf: bytes, loc: tuple[int, int, int] | None, leaf: Leaf) -> Any:
         kind = leaf.kind
-        if kind == NUMERIC:
+        if leaf.is_numeric:
             flat = self._numbers(buf, loc, leaf)
             return _reshape_steps(leaf, flat)
-        if kind == STRING:
+        if kind == TEXT:
             items = self._strings(buf, loc, leaf)
             arr = np.empty(len(items), object)
             arr[:] = items
             return _reshape_steps(leaf, arr)
-        if kind == RAW:
+        if kind == BYTES:
             dtype = leaf.dtype.newbyteorder("<")
             if loc is not None and loc[0] == wire.BYTES_LIST and leaf.static:
                 rows = wire.fixed_bytes_list(buf, loc[1], loc[2])
@@ -221,7 +222,7 @@ class Decoder:
                 leaf.shape,
                 leaf.dtype,
             )
-        if kind == IMAGE:
+        if leaf.is_image:
             values = self._strings(buf, loc, leaf)
             if leaf.shape[0] is None or leaf.shape[1] is None:
                 check_field(values, leaf)  # what they cost together, before decoding any
@@ -238,10 +239,10 @@ class Decoder:
         `check_field` limit: none is kept.
         """
         kind = leaf.kind
-        if kind == IMAGE:
+        if leaf.is_image:
             items = self._strings(buf, loc, leaf)
             return LazySteps(leaf, len(items), lambda i: decode_image(items[i], leaf), where)
-        if kind == RAW:
+        if kind == BYTES:
             items = self._strings(buf, loc, leaf)
             return LazySteps(leaf, len(items), lambda i: self._raw(items[i], leaf), where)
         if kind == ZLIB:
@@ -251,7 +252,7 @@ class Decoder:
                 return self._raw(_inflate(items[i], _bound(leaf, items[i]), leaf.key), leaf)
 
             return LazySteps(leaf, len(items), inflated, where)
-        if kind == NUMERIC:
+        if leaf.is_numeric:
             lazy = self._lazy_numbers(buf, loc, leaf, where)
             if lazy is not None:
                 return lazy
@@ -359,14 +360,14 @@ class Decoder:
         """Decodes an episode-level (non-step) value."""
         kind = leaf.kind
         target = [-1 if d is None else d for d in leaf.shape]
-        if kind == NUMERIC:
+        if leaf.is_numeric:
             flat = self._numbers(buf, loc, leaf)
             if not leaf.shape:
                 if flat.size != 1:
                     raise DecodeError(f"{leaf.key}: expected one value, got {flat.size}")
                 return flat[0]
             return _reshape_value(leaf, flat, target)
-        if kind == STRING:
+        if kind == TEXT:
             items = self._strings(buf, loc, leaf)
             if not leaf.shape:
                 if len(items) != 1:
@@ -378,11 +379,11 @@ class Decoder:
         items = self._strings(buf, loc, leaf)
         if len(items) != 1:
             raise DecodeError(f"{leaf.key}: expected one encoded value, got {len(items)}")
-        if kind == RAW:
+        if kind == BYTES:
             return self._raw(items[0], leaf)
         if kind == ZLIB:
             return self._raw(_inflate(items[0], _bound(leaf, items[0]), leaf.key), leaf)
-        if kind == IMAGE:
+        if leaf.is_image:
             return decode_image(items[0], leaf)
         raise UnsupportedFeatureError(f"{leaf.key}: kind {kind}")
 
@@ -446,30 +447,3 @@ def drop_final_step(episode: dict[str, Any]) -> dict[str, Any]:
     if is_last is None or not len(is_last) or not bool(is_last[-1]):
         return episode
     return {**episode, "steps": map_tree(lambda column: column[:-1], steps)}
-
-
-def _put(tree: dict, path: tuple[str, ...], value: Any) -> None:
-    for name in path[:-1]:
-        tree = tree.setdefault(name, {})
-    tree[path[-1]] = value
-
-
-def flatten(tree: Mapping[str, Any], prefix: tuple = ()) -> list[tuple[tuple, Any]]:
-    out = []
-    for k, v in tree.items():
-        if isinstance(v, Mapping):
-            out.extend(flatten(v, prefix + (k,)))
-        else:
-            out.append((prefix + (k,), v))
-    return out
-
-
-def map_tree(fn: Any, tree: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: map_tree(fn, v) if isinstance(v, Mapping) else fn(v) for k, v in tree.items()}
-
-
-def rows(tree: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Turns a nested dict of step columns into one nested dict per step."""
-    keys = list(tree)
-    columns = [rows(v) if isinstance(v, Mapping) else list(v) for v in tree.values()]
-    return [dict(zip(keys, values)) for values in zip(*columns)]

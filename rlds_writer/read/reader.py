@@ -23,6 +23,7 @@ Neither this module nor anything it imports loads TensorFlow or TFDS.
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -31,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import CorruptRecordError, DecodeError, counted
-from rlds_writer.read.decode import Decoder, drop_final_step, flatten, map_tree, rows
+from rlds_writer.read.decode import Decoder, drop_final_step
+from rlds_writer.read.nest import flatten, map_tree, rows
 from rlds_writer.read.shards import SHARD_READERS
 from rlds_writer.read.splits import split_ranges
 from rlds_writer.read.transitions import (
@@ -40,9 +42,8 @@ from rlds_writer.read.transitions import (
     qlearning_dataset,
     transition_batches,
 )
-from rlds_writer.store import features as features_json
 from rlds_writer.store import layout
-from rlds_writer.store.locate import require_dataset
+from rlds_writer.store.dataset import Dataset, open_handle
 
 _log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ _FINAL_STEPS = ("keep", "drop")
 
 
 def open_dataset(
-    path: str | os.PathLike,
+    path: Dataset | str | os.PathLike,
     *,
     verify_checksums: bool = True,
     on_corrupt: str = "raise",
@@ -71,7 +72,10 @@ def open_dataset(
     """Opens an RLDS dataset directory for reading, without TensorFlow.
 
     Args:
-      path: the dataset directory (holding `dataset_info.json`).
+      path: the dataset directory (holding `dataset_info.json`): a local path,
+        an object-storage URL (`s3://bucket/data`, `gs://...`, any fsspec
+        protocol; read with range requests, never downloaded whole), or a
+        `Dataset` already opened.
       verify_checksums: check every tfrecord record's data CRC before decoding
         (array_record always checks its own chunk hashes).
       on_corrupt: `"raise"` (default) raises `CorruptRecordError` naming the
@@ -112,9 +116,10 @@ class DatasetReader:
     for the arguments.
 
     Attributes:
+      dataset: the `store.dataset.Dataset` handle it reads.
       path: the directory.
       info: the parsed `dataset_info.json`.
-      features: the parsed `features.json` (`features_json.Features`).
+      features: the parsed `features.json` (`store.features.Features`).
       metadata: the parsed `metadata.json`, or None.
       name: the dataset name.
       version: the dataset version.
@@ -123,15 +128,13 @@ class DatasetReader:
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: Dataset | str | os.PathLike,
         *,
         verify_checksums: bool = True,
         on_corrupt: str = "raise",
         index_cache: str = "memory",
         final_step: str = "keep",
     ):
-        import json
-
         if on_corrupt not in _ON_CORRUPT:
             raise ValueError(f"on_corrupt must be one of {_ON_CORRUPT}, got {on_corrupt!r}")
         if index_cache not in _INDEX_CACHES:
@@ -142,38 +145,22 @@ class DatasetReader:
                 "out each episode's observation-only last step"
             )
         self.final_step = final_step
-        self.path = os.fspath(path)
-        if "://" in self.path:
-            raise NotImplementedError(
-                f"{self.path}: the reader reads local directories only; copy the dataset first"
-            )
-        require_dataset(self.path)
-        info_path = os.path.join(self.path, "dataset_info.json")
-        with open(info_path, encoding="utf-8") as f:
-            self.info = json.load(f)
-        self.features = features_json.load_features(os.path.join(self.path, "features.json"))
-        meta_path = os.path.join(self.path, "metadata.json")
-        self.metadata = None
-        if os.path.exists(meta_path):
-            with open(meta_path, encoding="utf-8") as f:
-                self.metadata = json.load(f)
-        self.name = self.info.get("name", "")
-        self.version = self.info.get("version", "")
-        self.file_format = self.info.get("fileFormat") or "tfrecord"
-        if self.file_format not in ("tfrecord", "array_record"):
-            raise NotImplementedError(
-                f"{info_path}: file format {self.file_format!r} is not supported "
-                "(tfrecord and array_record are)"
-            )
+        self.dataset = open_handle(path)
+        self.path = self.dataset.path
+        self.info = self.dataset.info
+        self.features = self.dataset.features
+        self.metadata = self.dataset.metadata
+        self.name = self.dataset.name
+        self.version = self.dataset.version
+        self.file_format = self.dataset.file_format
         self.verify_checksums = verify_checksums
         self.on_corrupt = on_corrupt
-        self.index_cache = index_cache
+        # An index cache is a file beside the shards: local datasets only.
+        self.index_cache = index_cache if self.dataset.is_local else "memory"
         self._decoder = Decoder(self.features)
-        self._split_lengths: dict[str, list[int]] = {}
-        # Names and counts are checked: a crafted file cannot point outside `path`.
-        self._templates = layout.split_templates(self.info, where=info_path)
-        for split, (lengths, _) in layout.read_splits(self.info, where=info_path).items():
-            self._split_lengths[split] = lengths
+        self._split_lengths: dict[str, list[int]] = {
+            split: list(listing.shard_lengths) for split, listing in self.dataset.splits.items()
+        }
         self._shards: dict[tuple[str, int], Any] = {}
 
     def __repr__(self) -> str:
@@ -191,16 +178,14 @@ class DatasetReader:
 
     def shard_path(self, split: str, index: int) -> str:
         """The path of shard `index` of `split`."""
-        count = len(self._split_lengths[split])
-        name = self._templates[split].filename(index, count)
-        return os.path.join(self.path, name)
+        return self.dataset.shard_path(split, index)
 
     def _shard(self, split: str, index: int) -> Any:
         key = (split, index)
         shard = self._shards.get(key)
         if shard is None:
             path = self.shard_path(split, index)
-            if not os.path.exists(path):
+            if not self.dataset.storage.exists(path):
                 raise FileNotFoundError(
                     f"{path}: shard {index} of split {split!r} is listed in dataset_info.json "
                     "but missing"
@@ -210,7 +195,15 @@ class DatasetReader:
                 cache = os.path.join(self.path, _INDEX_DIR, os.path.basename(path) + ".npz")
             cls = SHARD_READERS[self.file_format]
             skip = self.on_corrupt == "skip"
-            shard = cls(path, self._split_lengths[split][index], self.verify_checksums, cache, skip)
+            name = self.dataset.splits[split].shard_name(index)
+            # Range reads, or, for a reader that opens paths, the local file (a cached
+            # copy of a remote shard).
+            opener = functools.partial(
+                self.dataset.local_file if cls.OPENS_PATHS else self.dataset.open_file, name
+            )
+            shard = cls(
+                path, self._split_lengths[split][index], self.verify_checksums, cache, skip, opener
+            )
             self._shards[key] = shard
         return shard
 

@@ -1,6 +1,6 @@
 """Shard readers: one per file format, with the same small interface.
 
-`SHARD_READERS[file_format](path, num_records, verify, cache_path, skip)` gives
+`SHARD_READERS[file_format](path, num_records, verify, cache_path, skip, opener)` gives
 an object with `read(i)` (random access), `iter(start, stop, skip)` (file
 order), `close()`, and a per-record step-count cache. TFRecord frames are
 parsed by `rlds_writer.store.tfrecord` only; array_record by its own reader.
@@ -9,16 +9,18 @@ Both pickle without their open handles, so DataLoader workers reopen them.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import CorruptArrayRecordError, CorruptRecordError
-from rlds_writer.store import layout, tfrecord
+from rlds_writer.errors import CorruptArrayRecordError, CorruptRecordError, UnsupportedFeatureError
+from rlds_writer.store import layout, storage, tfrecord
 
 _log = logging.getLogger(__name__)
 
@@ -39,19 +41,73 @@ class _PerProcess:
         self._lock = threading.Lock()
 
 
+class _ReadAhead:
+    """Sequential reads in 1 MiB windows over a `RandomAccess`: one call per window, not
+    two per record (small records are the common case)."""
+
+    _WINDOW = 1 << 20
+
+    def __init__(self, source: Any, limit: int):
+        self.source = source
+        self.limit = limit  # never read ahead past this offset (the last record wanted)
+        self._start = 0
+        self._data = b""
+
+    def read_at(self, offset: int, n: int) -> bytes:
+        end = offset + n
+        if self._start <= offset and end <= self._start + len(self._data):
+            return self._data[offset - self._start : end - self._start]
+        if n >= self._WINDOW:  # a large record: read it alone
+            return self.source.read_at(offset, n)
+        window = max(n, min(self._WINDOW, self.limit - offset))
+        self._start = offset
+        self._data = self.source.read_at(offset, window)
+        return self._data[:n]
+
+
+def _sequential(
+    source: Any, limit: int, stack: contextlib.ExitStack
+) -> Callable[[int, int], bytes]:
+    """`read_at` for a front-to-back walk of `source`.
+
+    A local file (it has a `fileno`) is read through a 1 MiB buffered file, as
+    fast as Python reads files; an object through `_ReadAhead` windows that
+    stop at `limit`.
+    """
+    fileno = getattr(source, "fileno", None)
+    if fileno is not None:
+        f = stack.enter_context(os.fdopen(os.dup(fileno()), "rb", buffering=1 << 20))
+        return tfrecord.file_reader(f)
+    return _ReadAhead(source, limit).read_at
+
+
+class _Walker:
+    """`size` and `read_at`, as `tfrecord.walk_headers` takes them."""
+
+    def __init__(self, read_at: Callable[[int, int], bytes], size: int):
+        self.read_at = read_at
+        self.size = size
+
+
 class TFRecordShard(_PerProcess):
     """One tfrecord shard: sequential reads, and random access via an offset index.
 
+    The file is read through a `RandomAccess` (`store.storage`: `pread` on a
+    local file, range requests on an object), never by path.
+
     Args:
-      path: the file.
+      path: the file (for messages, and the disk index cache's stat key).
       num_records: records listed for it in dataset_info.json.
       verify: check data CRCs.
-      cache_path: where to save the offset index, or None.
+      cache_path: where to save the offset index (local datasets), or None.
       skip: on a broken record header, index the records before it (with a
         warning) instead of raising.
+      opener: returns the file opened for range reads (default: the local file,
+        never through a symbolic link).
     """
 
-    _HANDLE = "_fd"
+    _HANDLE = "_source"
+    OPENS_PATHS = False  # reads through `opener`'s RandomAccess
 
     def __init__(
         self,
@@ -60,32 +116,32 @@ class TFRecordShard(_PerProcess):
         verify: bool,
         cache_path: str | None,
         skip: bool = False,
+        opener: Callable[[], Any] | None = None,
     ):
         self.skip = skip
         self.path = path
         self.num_records = num_records
         self.verify = verify
         self.cache_path = cache_path
+        self.opener = opener or functools.partial(storage.LocalRandomAccess, path)
         self._offsets: np.ndarray | None = None
         self._steps: np.ndarray | None = None
-        self._fd: int | None = None
-        self._fd_pid = 0
+        self._source: Any = None
+        self._source_pid = 0
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        if self._fd is not None and self._fd_pid == os.getpid():
-            os.close(self._fd)
-        self._fd = None
+        if self._source is not None and self._source_pid == os.getpid():
+            self._source.close()
+        self._source = None
 
-    def _descriptor(self) -> int:
-        """A file descriptor for positional reads, reopened in a forked child."""
+    def source(self) -> Any:
+        """The file opened for range reads, reopened in a forked child."""
         with self._lock:
-            if self._fd is None or self._fd_pid != os.getpid():
-                if self._fd is not None:  # the parent's copy, inherited through fork
-                    os.close(self._fd)
-                self._fd = os.open(self.path, os.O_RDONLY)
-                self._fd_pid = os.getpid()
-            return self._fd
+            if self._source is None or self._source_pid != os.getpid():
+                self._source = self.opener()
+                self._source_pid = os.getpid()
+            return self._source
 
     def offsets(self) -> np.ndarray:
         """Byte offset of each listed record, from one pass over the record headers."""
@@ -98,14 +154,17 @@ class TFRecordShard(_PerProcess):
         return self._offsets
 
     def _scan_offsets(self) -> np.ndarray:
-        # Records past the listed ones (a writer still appending) are ignored.
-        scan = tfrecord.scan(self.path, verify_data=False)
-        spans = scan.spans[: self.num_records]
-        offsets = np.array([offset for offset, _ in spans], np.int64)
+        # Headers only (records past the listed ones, a writer still appending, are ignored).
+        source = self.source()
+        with contextlib.ExitStack() as stack:
+            if hasattr(source, "fileno"):  # a local file: through a buffered file, fastest
+                source = _Walker(_sequential(source, source.size, stack), source.size)
+            # An object: small range requests for the headers, never the records between.
+            found, at, problem = tfrecord.walk_headers(source, self.num_records)
+        offsets = np.array(found, np.int64)
         if offsets.size < self.num_records:
-            at = scan.tail_offset if not scan.dropped else scan.dropped[0][0]
-            problem = scan.tail_problem or "records missing"
-            where = f"{problem} ({self.num_records} records listed in dataset_info.json)"
+            listed = f"{self.num_records} records listed in dataset_info.json"
+            where = f"{problem or 'records missing'} ({listed})"
             if not self.skip:
                 raise CorruptRecordError(self.path, at, where, index=offsets.size)
             _log.warning("%s: records from offset %d on are lost: %s", self.path, at, where)
@@ -113,17 +172,16 @@ class TFRecordShard(_PerProcess):
 
     def _chain_ok(self, offsets: np.ndarray) -> bool:
         """True if `offsets` is this file's record chain (each header leads to the next)."""
-        fd = self._descriptor()
-        size = os.fstat(fd).st_size
+        source = self.source()
         expected = 0
         for offset in offsets.tolist():
             if offset != expected:
                 return False
-            length = tfrecord.parse_header(os.pread(fd, tfrecord.HEADER_SIZE, offset))
+            length = tfrecord.parse_header(source.read_at(offset, tfrecord.HEADER_SIZE))
             if length is None:
                 return False
             expected = offset + tfrecord.FRAMING + length
-            if expected > size:
+            if expected > source.size:
                 return False
         return True
 
@@ -192,11 +250,9 @@ class TFRecordShard(_PerProcess):
                 self.path, int(offsets[-1]) if offsets.size else 0, f"record {i} is lost"
             )
         offset = int(offsets[i])
-        fd = self._descriptor()
-        # pread does not move a shared file position: safe across threads and forks.
-        data, _, problem = tfrecord.read_record(
-            lambda at, n: os.pread(fd, n, at), offset, os.fstat(fd).st_size, self.verify
-        )
+        source = self.source()
+        # Positional reads do not move a shared file position: safe across threads and forks.
+        data, _, problem = tfrecord.read_record(source.read_at, offset, source.size, self.verify)
         if problem:
             raise CorruptRecordError(self.path, offset, problem, index=i)
         return data
@@ -221,9 +277,15 @@ class TFRecordShard(_PerProcess):
             offset = int(offsets[start])
         else:
             offset = 0
-        with open(self.path, "rb", buffering=1 << 20) as f:
-            size = os.fstat(f.fileno()).st_size
-            read_at = tfrecord.file_reader(f)
+        source = self.opener()  # its own handle: iterations do not share a position
+        with contextlib.ExitStack() as stack:
+            stack.callback(source.close)
+            size = source.size
+            # Read ahead no further than the records asked for, when the index says where
+            # they end: one episode of a shard in object storage fetches that episode.
+            known = self._offsets
+            limit = int(known[stop]) if known is not None and stop < known.size else size
+            read_at = _sequential(source, limit, stack)
             for i in range(start, stop):
                 data, nxt, problem = tfrecord.read_record(read_at, offset, size, self.verify)
                 if problem:
@@ -254,7 +316,14 @@ class TFRecordShard(_PerProcess):
 
 
 class ArrayRecordShard(_PerProcess):
-    """One array_record shard: array_record's own reader gives random access."""
+    """One array_record shard: array_record's own reader gives random access.
+
+    Its reader opens a local path (`OPENS_PATHS`): for a shard in object
+    storage, `opener` gives a local copy of that one object
+    (`Dataset.local_file`), fetched again if the cache evicted it.
+    """
+
+    OPENS_PATHS = True
 
     _HANDLE = "_reader"
 
@@ -265,9 +334,17 @@ class ArrayRecordShard(_PerProcess):
         verify: bool,
         cache_path: str | None,
         skip: bool = False,
+        opener: Callable[[], Any] | None = None,
     ):
         del verify, cache_path, skip  # array_record checks its own chunk hashes
+        if opener is None and not layout.is_local(path):
+            raise UnsupportedFeatureError(
+                f"{path}: array_record's reader opens local files only; pass an opener that "
+                "gives a local copy (`Dataset.local_file`)"
+            )
         self.path = path
+        # Returns the local file to open: the shard itself, or a (re)fetched cached copy.
+        self.local_path = opener or functools.partial(str, path)
         self.num_records = num_records
         self._reader: Any = None
         self._reader_pid = 0
@@ -296,7 +373,9 @@ class ArrayRecordShard(_PerProcess):
         with self._lock:
             if self._reader is None or self._reader_pid != os.getpid():
                 try:
-                    reader = self._open(self.path, "readahead_buffer_size:0,max_parallelism:0")
+                    reader = self._open(
+                        self.local_path(), "readahead_buffer_size:0,max_parallelism:0"
+                    )
                 except Exception as e:  # noqa: BLE001 - riegeli raises plain RuntimeErrors
                     raise CorruptArrayRecordError(self.path, i, str(e)) from e
                 self._check_count(reader)
@@ -311,7 +390,7 @@ class ArrayRecordShard(_PerProcess):
         if start >= stop:
             return
         try:
-            reader = self._open(self.path, "")
+            reader = self._open(self.local_path(), "")
         except Exception as e:  # noqa: BLE001
             if not skip:
                 raise CorruptArrayRecordError(self.path, start, str(e)) from e

@@ -27,8 +27,9 @@ with optional_dependencies("rlds_writer.read.torch_data (PyTorch datasets)"):
     import torch
     from torch.utils import data as torch_data
 
-from rlds_writer.read.decode import flatten, map_tree
+from rlds_writer.read.nest import flatten, map_tree
 from rlds_writer.read.reader import DatasetReader, Episodes, open_dataset
+from rlds_writer.store.dataset import Dataset
 
 __all__ = ["EpisodeDataset", "RLDSIterableDataset", "WindowDataset", "collate", "to_tensors"]
 
@@ -40,9 +41,11 @@ def _episodes(source: Any, split: str, open_kwargs: Mapping[str, Any]) -> Episod
         return source
     if isinstance(source, DatasetReader):
         return source.episodes(split)
-    if isinstance(source, str | os.PathLike):
+    if isinstance(source, str | os.PathLike | Dataset):
         return open_dataset(source, **open_kwargs).episodes(split)
-    raise TypeError(f"expected a dataset path, DatasetReader or Episodes, got {type(source)}")
+    raise TypeError(
+        f"expected a dataset path, Dataset, DatasetReader or Episodes, got {type(source)}"
+    )
 
 
 def _is_numeric(value: Any) -> bool:

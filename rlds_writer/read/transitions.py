@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.read.decode import flatten, map_tree
+from rlds_writer.read.nest import flatten, map_tree
 from rlds_writer.store import layout
 
 __all__ = [

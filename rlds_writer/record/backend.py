@@ -1,14 +1,26 @@
-"""`TFDSBackendWriter`: envlogger's TFDS backend, as a face on the one `Recorder`.
+"""`TFDSBackendWriter`: envlogger's TFDS backend by name, a face on the one `Recorder`.
 
-It keeps envlogger's name, constructor arguments and call shape:
+In envlogger, `TFDSBackendWriter` is a `BackendWriter` that `EnvLogger` drives
+one `StepData(timestep, action, custom_data)` at a time, as
+`record_step(data, is_new_episode)` (the backend itself turns consecutive
+timesteps into RLDS steps), plus `set_episode_metadata(data)` and `close()`;
+user code rarely calls it, it hands it to `EnvLogger(env, backend=...)`. This
+class keeps that name and envlogger's constructor arguments (`data_directory`,
+`ds_config`, `max_episodes_per_file`, `split_name`, `version`,
+`store_ds_metadata`; the dataset metadata is `ds_metadata=` here where
+envlogger takes the base class's `metadata=`, and `store_ds_metadata`
+defaults to True here, False there), so `EnvLogger(env, backend=...)` code
+moves over by changing imports. Its calls are this package's RLDS-aligned ones
+instead of `record_step`:
 
     begin_episode(observation, step_metadata)
     add_step(action, reward, discount, next_observation, step_metadata)
     set_episode_metadata(metadata)
     end_episode(terminated)
 
-and records one episode at a time through `record.recorder.Recorder` (one
-slot, features fixed by the `DatasetConfig`), like every other adapter.
+each going to `record.recorder.Recorder` (one slot, features fixed by the
+`DatasetConfig`), like every other adapter; `write_episode` records a whole
+episode from arrays.
 """
 
 from __future__ import annotations

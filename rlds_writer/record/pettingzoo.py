@@ -41,7 +41,7 @@ from etils import epath
 from pettingzoo.utils.wrappers import BaseParallelWrapper, BaseWrapper
 
 from rlds_writer.errors import SpecError
-from rlds_writer.record.gymnasium import _Recording, _recording
+from rlds_writer.record.gymnasium_recording import Recording, new_recording
 from rlds_writer.record.pettingzoo_joint import JointRecording, check_layout
 from rlds_writer.record.recorder import Recorder
 from rlds_writer.store import names
@@ -65,7 +65,7 @@ def _episode_metadata_info() -> dict[str, Any]:
 
 
 class _MultiAgentRecording:
-    """One `_Recording` (dataset) per agent group; slots are agent ids."""
+    """One `Recording` (dataset) per agent group; slots are agent ids."""
 
     def __init__(
         self,
@@ -95,7 +95,7 @@ class _MultiAgentRecording:
             )
             members.setdefault(group, []).append(agent)
         self.group_of: dict[Any, str] = {}
-        self.groups: dict[str, _Recording] = {}
+        self.groups: dict[str, Recording] = {}
         self.directories: dict[str, epath.Path] = {}
         user_metadata = dict(kwargs.pop("metadata", None) or {})
         for group, agents in members.items():
@@ -125,7 +125,7 @@ class _MultiAgentRecording:
                 "episode_metadata_info": _episode_metadata_info(),
             }
             directory = root / group
-            self.groups[group] = _recording(obs_space, act_space, directory, options)
+            self.groups[group] = new_recording(obs_space, act_space, directory, options)
             self.directories[group] = directory
             for agent in agents:
                 self.group_of[agent] = group
@@ -133,7 +133,7 @@ class _MultiAgentRecording:
         self.env_episode_index = -1
         self.step_index: dict[Any, int] = {}
 
-    def recording(self, agent: Any) -> _Recording:
+    def recording(self, agent: Any) -> Recording:
         group = self.group_of.get(agent)
         if group is None:
             raise ValueError(
@@ -145,10 +145,10 @@ class _MultiAgentRecording:
 
     @property
     def recorders(self) -> dict[str, Recorder]:
-        return {g: r.writer for g, r in self.groups.items()}
+        return {g: r.recorder for g, r in self.groups.items()}
 
     def in_episode(self, agent: Any) -> bool:
-        return self.recording(agent).writer.in_episode(agent)
+        return self.recording(agent).recorder.in_episode(agent)
 
     def new_env_episode(self) -> None:
         self.end_open()
@@ -157,7 +157,7 @@ class _MultiAgentRecording:
     def begin(self, agent: Any, obs: Any, info: Mapping[str, Any]) -> None:
         recording = self.recording(agent)
         recording.begin(agent, obs, info)
-        recording.writer.set_episode_metadata(
+        recording.recorder.set_episode_metadata(
             agent,
             {
                 "env_episode_id": f"{self.run_id}-{self.env_episode_index:06d}",
@@ -184,19 +184,19 @@ class _MultiAgentRecording:
 
     def end_open(self) -> None:
         for agent, group in self.group_of.items():
-            writer = self.groups[group].writer
+            writer = self.groups[group].recorder
             if writer.in_episode(agent):
                 writer.end(agent, terminated=False, cut_short=True)
 
     def flush(self) -> None:
         for recording in self.groups.values():
-            recording.writer.flush()
+            recording.recorder.flush()
 
     def close(self) -> None:
         errors = []
         for recording in self.groups.values():
             try:
-                recording.writer.close()
+                recording.recorder.close()
             except Exception as e:  # close every group before reporting
                 errors.append(e)
         if errors:
@@ -221,7 +221,7 @@ _OPTIONS_DOC = """
 """
 
 
-class _RecordingWrapper:
+class RecordingWrapper:
     """What both PettingZoo wrappers offer over their `_MultiAgentRecording` (`_rec`)."""
 
     _rec: _MultiAgentRecording | JointRecording
@@ -262,7 +262,7 @@ _PARALLEL_DOC = """      layout: `"per_agent"` (default: one episode per agent, 
 """
 
 
-class RecordRLDSParallel(_RecordingWrapper, BaseParallelWrapper):
+class RecordRLDSParallel(RecordingWrapper, BaseParallelWrapper):
     __doc__ = (
         "Records each agent's episodes of a PettingZoo ParallelEnv as RLDS.\n"
         + _OPTIONS_DOC
@@ -335,7 +335,7 @@ class RecordRLDSParallel(_RecordingWrapper, BaseParallelWrapper):
         return obs, rewards, terminations, truncations, infos
 
 
-class RecordRLDSAEC(_RecordingWrapper, BaseWrapper):
+class RecordRLDSAEC(RecordingWrapper, BaseWrapper):
     __doc__ = "Records each agent's episodes of a PettingZoo AECEnv as RLDS.\n" + _OPTIONS_DOC
 
     def __init__(
@@ -381,7 +381,7 @@ class RecordRLDSAEC(_RecordingWrapper, BaseWrapper):
         elif not rec.in_episode(agent):
             rec.begin(agent, obs, info)  # its first turn
             if done:  # done at its first turn: a one-step episode
-                rec.recording(agent).writer.end(agent, terminated=terminated)
+                rec.recording(agent).recorder.end(agent, terminated=terminated)
         elif agent in self._pending:
             rec.add(agent, self._pending.pop(agent), obs, reward, terminated, truncated, info)
         if done:

@@ -40,7 +40,7 @@ from etils import epath
 
 from rlds_writer.errors import SpecError, StepValueError
 from rlds_writer.record import spaces as spaces_lib
-from rlds_writer.record.gymnasium import _action_caster
+from rlds_writer.record.gymnasium_recording import action_caster
 from rlds_writer.record.recorder import Recorder
 from rlds_writer.store import field_specs, names
 
@@ -134,7 +134,7 @@ class JointRecording:
         obs_spaces = {k: env.observation_space(a) for k, a in zip(self.keys, self.agents)}
         act_spaces = {k: env.action_space(a) for k, a in zip(self.keys, self.agents)}
         self.convert_obs = {k: spaces_lib.space_converter(s) for k, s in obs_spaces.items()}
-        self.convert_action = {k: _action_caster(s) for k, s in act_spaces.items()}
+        self.convert_action = {k: action_caster(s) for k, s in act_spaces.items()}
         self.record_state = record_state
         image_encoding = options.pop("image_encoding", spaces_lib.DEFAULT_IMAGE_ENCODING)
         jpeg_quality = options.pop("jpeg_quality", spaces_lib.DEFAULT_JPEG_QUALITY)

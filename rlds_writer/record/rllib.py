@@ -18,7 +18,8 @@
 How it works (details in the modules named):
 
 * Every EnvRunner (training and evaluation) writes one dataset on its own
-  subdirectory of `output_root` (`writer-00001`, `writer-eval-00000`, ...;
+  subdirectory of `output_root` (`rlds_writer.store.writer_directory`:
+  `writer-00001`, `writer-eval-00000`, ...;
   splits `train` and `eval`); multi-agent runs one per module
   (`<root>/<module_id>/writer-00001`, `rllib_multiagent.py`).
 * An episode is written once, whole, in `on_episode_end`, joined from the
@@ -67,7 +68,6 @@ from rlds_writer.record.rllib_options import DEFAULTS, checked_options
 from rlds_writer.record.rllib_tf import keep_tf2_behavior
 
 module_runner_directories = multi.module_runner_directories
-
 keep_tf2_behavior()
 
 from ray.rllib.callbacks.callbacks import RLlibCallback  # noqa: E402
@@ -178,8 +178,8 @@ class RLDSRecorder(RLlibCallback):
         `<merged directory>/<module_id>`.
 
         Returns:
-          The `rlds_writer.MergeReport` (multi-agent: module id -> report), or
-          None if nothing was recorded.
+          The `rlds_writer.store.MergeReport` (multi-agent: module id ->
+          report), or None if nothing was recorded.
 
         Raises:
           EpisodesLostError: a runner directory (before the merge) or the

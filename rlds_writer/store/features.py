@@ -1,16 +1,25 @@
-"""Parses a TFDS `features.json` into leaf specs, without TFDS or TensorFlow.
+"""The feature model: one vocabulary of leaf kinds, one walk over feature specs.
 
-TFDS saves a dataset's `FeaturesDict` as the JSON form of its `Feature` proto:
-every node has a `pythonClassName` and one content key (`featuresDict`,
-`sequence`, `tensor`, `text`, `image`, `classLabel`). This module turns that
-tree into a flat list of `Leaf`s, one per `tf.train.Example` key, with what the
-reader needs to decode each one exactly as TFDS does: the stored list type,
-the decoded numpy dtype, the shape and the encoding.
+TFDS describes a dataset by a `FeaturesDict`, saved as `features.json` (the
+JSON form of its `Feature` proto: every node has a `pythonClassName` and one
+content key, `featuresDict`, `sequence`, `tensor`, `text`, `image`,
+`classLabel`). Both sides of the store see the same tree of leaves:
 
-Supported kinds: `Tensor`/`Scalar` of every numeric dtype and of strings (with
+- `walk_features` is the one walk: it yields every leaf (and every empty
+  `FeaturesDict`) with its path, per-step leaves first, descending nested
+  dicts and the top-level `steps` sequence. The writer walks TFDS's feature
+  objects with it (`field_specs.compile_fields`); the reader, statistics and
+  `info` walk `features.json` with it (`parse_features`, `load_features`).
+- The kinds below say how a leaf's values sit in a `tf.train.Example`; the
+  encoder, the decoder, statistics and inspection all speak them.
+
+`parse_features` turns `features.json` into a flat list of `Leaf`s, one per
+`tf.train.Example` key, with what the reader needs to decode each one exactly
+as TFDS does: the kind, the decoded numpy dtype, the shape and the encoding.
+Supported: `Tensor`/`Scalar` of every numeric dtype and of strings (with
 `encoding` none, bytes or zlib), `Text`, `ClassLabel`, `Image` (PNG/JPEG), and
 nested `FeaturesDict`s; a `Dataset` or `Sequence` is allowed as the top-level
-`steps` feature. Anything else raises `NotImplementedError` naming the feature.
+`steps` feature. Anything else raises `UnsupportedFeatureError` naming the feature.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -28,12 +37,21 @@ from rlds_writer.errors import IncompatibleDatasetError, UnsupportedFeatureError
 
 STEPS = "steps"
 
-# Leaf kinds.
-NUMERIC = "numeric"  # float_list or int64_list holding the values themselves.
-STRING = "string"  # bytes_list of byte strings (Text, or Tensor of dtype string).
-RAW = "raw"  # bytes_list, one little-endian raw buffer per value (encoding=bytes).
-ZLIB = "zlib"  # like RAW, each buffer zlib-compressed (encoding=zlib).
-IMAGE = "image"  # bytes_list of PNG/JPEG files.
+# The kinds of leaf: how its values sit in a tf.train.Example.
+FLOAT = "float"  # float_list of the values themselves (a Tensor of a float dtype).
+INT = "int"  # int64_list of the values (integer or bool Tensors, ClassLabel).
+BYTES = "bytes"  # bytes_list, one little-endian raw buffer per value (encoding=bytes).
+ZLIB = "zlib"  # like BYTES, each buffer zlib-compressed (encoding=zlib).
+TEXT = "text"  # bytes_list of byte strings (Text, a Tensor of dtype string).
+PNG = "png"  # bytes_list of PNG files (Image).
+JPEG = "jpeg"  # bytes_list of JPEG files (Image(encoding_format="jpeg")).
+# Only the writer's: a leaf whose values TFDS's own encoder turns into bytes
+# (class labels given as names, ragged sequences, images TFDS converts, ...).
+FALLBACK = "fallback"
+
+NUMERIC_KINDS = (FLOAT, INT)  # the values themselves, one list entry per element
+ENCODED_KINDS = (BYTES, ZLIB)  # one raw buffer per value
+IMAGE_KINDS = (PNG, JPEG)
 
 _CONTENT_KEYS = ("featuresDict", "sequence", "tensor", "text", "image", "classLabel")
 
@@ -45,7 +63,8 @@ class Leaf:
     Attributes:
       path: the leaf's path inside an episode, e.g. `('steps', 'observation')`.
       key: the `tf.train.Example` key, e.g. `'steps/observation'`.
-      kind: how values are stored (one of the module-level kind constants).
+      kind: how values are stored (`FLOAT`, `INT`, `BYTES`, `ZLIB`, `TEXT`,
+        `PNG` or `JPEG`).
       dtype: the numpy dtype TFDS decodes to (`object` for strings).
       shape: the shape of one value (one step's value for per-step leaves);
         `None` marks an unknown dimension.
@@ -70,14 +89,22 @@ class Leaf:
         TFDS stores those as two lists, `<key>/value` (the encoded bytes) and
         `<key>/shape` (the shape of each value).
         """
-        return self.kind in (RAW, ZLIB) and self.shape.count(None) > 1
+        return self.kind in ENCODED_KINDS and self.shape.count(None) > 1
 
     @property
     def wire_type(self) -> str:
         """`'float'`, `'int64'` or `'bytes'`: the list type the values are stored in."""
-        if self.kind != NUMERIC:
-            return "bytes"
-        return "float" if self.dtype.kind == "f" else "int64"
+        return {FLOAT: "float", INT: "int64"}.get(self.kind, "bytes")
+
+    @property
+    def is_numeric(self) -> bool:
+        """True if the values themselves are stored (float_list or int64_list)."""
+        return self.kind in NUMERIC_KINDS
+
+    @property
+    def is_image(self) -> bool:
+        """True for PNG or JPEG images."""
+        return self.kind in IMAGE_KINDS
 
     @property
     def static(self) -> bool:
@@ -172,26 +199,126 @@ def parse_features(config: Mapping[str, Any]) -> Features:
       IncompatibleDatasetError: if the JSON is not a TFDS `FeaturesDict`
         (a field of the wrong type, a shape out of range, nesting too deep).
     """
+    nodes = walk_features_json(config)  # checks the top level first
+    top = _dict_children(config, ())
+    has_steps = STEPS in top and _json_steps(top[STEPS], (STEPS,)) is not None
+    steps: list[Leaf] = []
+    episode: list[Leaf] = []
+    empties: list[tuple[str, ...]] = []
+    for node in nodes:
+        if node.empty_dict:
+            empties.append(node.path)
+        else:
+            leaf = _leaf(node.spec, node.path, node.in_steps)
+            (steps if node.in_steps else episode).append(leaf)
+    return Features(leaves=tuple(steps + episode), has_steps=has_steps, empty_dicts=tuple(empties))
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureNode:
+    """A leaf (or an empty `FeaturesDict`) met by `walk_features`.
+
+    Attributes:
+      path: its path inside an episode, e.g. `('steps', 'observation', 'image')`.
+      in_steps: whether it is a per-step feature (under the top-level `steps`).
+      spec: the feature as the caller's tree holds it (a TFDS feature object,
+        or a `features.json` node).
+      empty_dict: True for an empty `FeaturesDict` (no leaf; TFDS gives `{}`).
+    """
+
+    path: tuple[str, ...]
+    in_steps: bool
+    spec: Any
+    empty_dict: bool = False
+
+    @property
+    def key(self) -> str:
+        """The `tf.train.Example` key, e.g. `'steps/observation/image'`."""
+        return "/".join(self.path)
+
+
+def walk_features(
+    top: Mapping[str, Any],
+    children: Callable[[Any, tuple[str, ...]], Mapping[str, Any] | None],
+    steps_feature: Callable[[Any, tuple[str, ...]], Any],
+) -> Iterator[FeatureNode]:
+    """The one walk over an RLDS feature tree: per-step leaves first, then the episode's.
+
+    It descends nested `FeaturesDict`s, and the top-level `steps` sequence into
+    its per-step feature; every other feature is a leaf, stored under one key.
+
+    Args:
+      top: the top-level features, by name.
+      children: `children(spec, path)` gives a `FeaturesDict`'s features by
+        name, or None if `spec` is not a dict.
+      steps_feature: `steps_feature(spec, path)` gives the per-step feature of
+        the top-level `steps` if `spec` is a sequence, else None.
+
+    Yields:
+      A `FeatureNode` per leaf and per empty `FeaturesDict`, in the features'
+      own order.
+
+    Raises:
+      IncompatibleDatasetError: for features nested more than 64 levels deep.
+    """
+    per_step = None
+    if STEPS in top:
+        per_step = steps_feature(top[STEPS], (STEPS,))
+    if per_step is not None:
+        yield from _walk(per_step, (STEPS,), True, children)
+    for name, spec in top.items():
+        if name != STEPS or per_step is None:
+            yield from _walk(spec, (name,), False, children)
+
+
+def _walk(
+    spec: Any,
+    path: tuple[str, ...],
+    in_steps: bool,
+    children: Callable[[Any, tuple[str, ...]], Mapping[str, Any] | None],
+) -> Iterator[FeatureNode]:
+    if len(path) > _MAX_DEPTH:
+        raise _malformed(path, f"features nested more than {_MAX_DEPTH} levels deep")
+    inner = children(spec, path)
+    if inner is None:
+        yield FeatureNode(path, in_steps, spec)
+        return
+    if not inner:
+        yield FeatureNode(path, in_steps, spec, empty_dict=True)
+    for name, sub in inner.items():
+        yield from _walk(sub, path + (name,), in_steps, children)
+
+
+def walk_features_json(config: Mapping[str, Any]) -> Iterator[FeatureNode]:
+    """`walk_features` over a decoded `features.json`; each node's `spec` is its JSON node.
+
+    Unlike `parse_features`, it yields every leaf, also those the reader cannot
+    decode (`info` describes them all); a crafted file still raises
+    `IncompatibleDatasetError` naming the field.
+
+    Args:
+      config: the decoded JSON of a `features.json`.
+    """
     if _class_name(config, ()) != "FeaturesDict":
         raise _malformed(
             (),
             "the top-level feature must be a FeaturesDict, "
             f"got {_short(config.get('pythonClassName', config.get('type')))}",
         )
-    top = _dict_children(config, ())
-    steps: list[Leaf] = []
-    episode: list[Leaf] = []
-    empties: list[tuple[str, ...]] = []
-    has_steps = False
-    for name, sub in top.items():
-        if name == STEPS and _class_name(sub, (name,)) in ("Dataset", "Sequence"):
-            has_steps = True
-            sequence = _field(sub, "sequence", Mapping, (name,))
-            inner = _field(sequence, "feature", Mapping, (name, "sequence"))
-            _walk(inner, (STEPS,), True, steps, empties)
-        else:
-            _walk(sub, (name,), False, episode, empties)
-    return Features(leaves=tuple(steps + episode), has_steps=has_steps, empty_dicts=tuple(empties))
+    return walk_features(_dict_children(config, ()), _json_children, _json_steps)
+
+
+def _json_children(node: Any, path: tuple[str, ...]) -> Mapping[str, Any] | None:
+    if _class_name(node, path) != "FeaturesDict":
+        return None
+    return _dict_children(node, path)
+
+
+def _json_steps(node: Any, path: tuple[str, ...]) -> Any:
+    if _class_name(node, path) not in ("Dataset", "Sequence"):
+        return None
+    sequence = _field(node, "sequence", Mapping, path)
+    return _field(sequence, "feature", Mapping, path + ("sequence",))
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -323,24 +450,10 @@ def _dtype(name: Any, path: tuple[str, ...]) -> np.dtype:
     )
 
 
-def _walk(
-    node: Mapping[str, Any],
-    path: tuple[str, ...],
-    in_steps: bool,
-    out: list[Leaf],
-    empties: list[tuple[str, ...]],
-) -> None:
+def _leaf(node: Mapping[str, Any], path: tuple[str, ...], in_steps: bool) -> Leaf:
+    """The `Leaf` of one `features.json` leaf node, or why the reader cannot decode it."""
     key = "/".join(path)
-    if len(path) > _MAX_DEPTH:
-        raise _malformed(path, f"features nested more than {_MAX_DEPTH} levels deep")
     cls = _class_name(node, path)
-    if cls == "FeaturesDict":
-        children = _dict_children(node, path)
-        if not children:
-            empties.append(path)
-        for name, sub in children.items():
-            _walk(sub, path + (name,), in_steps, out, empties)
-        return
     if cls in ("Tensor", "Scalar"):
         content = _field(node, "tensor", Mapping, path)
         dtype = _dtype(_field(content, "dtype", str, path + ("tensor",)), path)
@@ -352,44 +465,41 @@ def _walk(
         if content.get("optional"):
             raise UnsupportedFeatureError(f"{key}: optional Tensor features are not supported")
         if encoding in ("", "none"):
-            kind = STRING if dtype == np.object_ else NUMERIC
+            kind = TEXT if dtype == np.object_ else FLOAT if dtype.kind == "f" else INT
             if dtype.kind not in "biufO":
                 raise UnsupportedFeatureError(
                     f"{key}: dtype {dtype.name} has no tf.train.Example list type"
                 )
         elif encoding == "bytes":
-            kind = RAW
+            kind = BYTES
         elif encoding == "zlib":
             kind = ZLIB
         else:
             raise UnsupportedFeatureError(
                 f"{key}: Tensor encoding {_short(encoding)} is not supported"
             )
-        if kind in (RAW, ZLIB) and dtype == np.object_:
+        if kind in ENCODED_KINDS and dtype == np.object_:
             raise UnsupportedFeatureError(f"{key}: string Tensor with encoding {encoding!r}")
-        if kind == NUMERIC and shape.count(None) > 1 or kind == STRING and None in shape:
+        if kind in NUMERIC_KINDS and shape.count(None) > 1 or kind == TEXT and None in shape:
             raise UnsupportedFeatureError(
                 f"{key}: Tensor of shape {shape} and encoding {encoding!r} is not supported"
             )
-        if in_steps and kind in (NUMERIC, STRING) and None in shape:
+        if in_steps and kind in (*NUMERIC_KINDS, TEXT) and None in shape:
             # TFDS cannot parse these either (two unknown dimensions with the steps axis).
             raise UnsupportedFeatureError(
                 f"{key}: per-step Tensor with unknown dimensions {shape} and no encoding "
                 "is not supported"
             )
-        out.append(Leaf(path, key, kind, dtype, shape, in_steps, cls))
-        return
+        return Leaf(path, key, kind, dtype, shape, in_steps, cls)
     if cls == "Text":
         text = node.get("text", {})
         if not isinstance(text, Mapping):
             raise _malformed(path, f"field 'text' must be an object, got {_short(text)}")
         if text.get("encoder") or text.get("encoderConfig"):
             raise UnsupportedFeatureError(f"{key}: Text with an encoder is not supported")
-        out.append(Leaf(path, key, STRING, np.dtype(object), (), in_steps, cls))
-        return
+        return Leaf(path, key, TEXT, np.dtype(object), (), in_steps, cls)
     if cls == "ClassLabel":
-        out.append(Leaf(path, key, NUMERIC, np.dtype(np.int64), (), in_steps, cls))
-        return
+        return Leaf(path, key, INT, np.dtype(np.int64), (), in_steps, cls)
     if cls == "Image":
         content = _field(node, "image", Mapping, path)
         shape = _shape(content, key, in_steps)
@@ -403,8 +513,8 @@ def _walk(
             raise UnsupportedFeatureError(
                 f"{key}: Image of shape {shape} (video?) is not supported"
             )
-        out.append(Leaf(path, key, IMAGE, dtype, shape, in_steps, cls, fmt))
-        return
+        kind = JPEG if fmt.lower() in ("jpeg", "jpg") else PNG
+        return Leaf(path, key, kind, dtype, shape, in_steps, cls, fmt)
     raise UnsupportedFeatureError(
         f"{key}: feature {cls[:60]} cannot be decoded without TFDS (supported: Tensor, "
         "Scalar, Text, ClassLabel, Image, FeaturesDict)"

@@ -1,12 +1,13 @@
-"""The dataset's leaf fields: what each TFDS feature is stored as.
+"""The writer's view of the dataset's leaf fields: how each TFDS feature is encoded.
 
-A dataset's `FeaturesDict` is compiled once (`compile_fields`) into a list of
-`FieldSpec`s, one per leaf, each with the kind of encoding it gets: numeric
-`Tensor`s and scalars, `Tensor`s with `BYTES`/`ZLIB` encoding, `Text`, PNG
-and JPEG `Image`s are written by `store.field_encoding`; every other kind
-(class labels, ragged tensors, ...) goes through TFDS's own encoder
-(`FALLBACK`). Features TFDS would write but could not read back are refused
-here, before anything is recorded.
+A dataset's `FeaturesDict` is compiled once (`compile_fields`, through the one
+walk `features.walk_features`) into a list of `FieldSpec`s, one per leaf, each
+with its kind from the one vocabulary in `store.features`: numeric `Tensor`s
+and scalars (`FLOAT`, `INT`), `Tensor`s with `BYTES`/`ZLIB` encoding, scalar
+strings and `Text` (`TEXT`), PNG and JPEG `Image`s are written by
+`store.field_encoding`; every other kind (class labels, ragged tensors, ...)
+goes through TFDS's own encoder (`FALLBACK`). Features TFDS would write but
+could not read back are refused here, before anything is recorded.
 """
 
 from __future__ import annotations
@@ -19,22 +20,22 @@ from typing import Any
 import numpy as np
 
 from rlds_writer import errors
+from rlds_writer.store import features as feature_model
 from rlds_writer.store.image_codecs import DEFAULT_JPEG_QUALITY
 
 _log = logging.getLogger(__name__)
 
-# Kinds of leaf fields.
-FLOAT = "float"  # Tensor of a float dtype, stored as float_list.
-INT = "int"  # Tensor of an integer or bool dtype, stored as int64_list.
-BYTES = "bytes"  # Tensor(encoding=BYTES): one bytes entry per value.
-ZLIB = "zlib"  # Tensor(encoding=ZLIB): zlib-compressed raw bytes per value.
-TEXT = "text"  # Text or string scalar: one utf-8 bytes entry per value.
-PNG = "png"  # Image(encoding_format="png"), uint8/uint16/float32: PNG-encoded by us.
-JPEG = "jpeg"  # Image(encoding_format="jpeg") of uint8: JPEG-encoded by us (Pillow).
+# The kinds, from the one vocabulary (re-exported: the writer's modules use them from here).
+FLOAT = feature_model.FLOAT
+INT = feature_model.INT
+BYTES = feature_model.BYTES
+ZLIB = feature_model.ZLIB
+TEXT = feature_model.TEXT
+PNG = feature_model.PNG
+JPEG = feature_model.JPEG
+FALLBACK = feature_model.FALLBACK
 
-FALLBACK = "fallback"  # Anything else: TFDS's own encoder.
-
-STEPS = "steps"
+STEPS = feature_model.STEPS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +46,7 @@ class FieldSpec:
       path: path of the leaf inside the episode, e.g. `('steps', 'observation')`.
       key: the flat `tf.train.Example` key, e.g. `'steps/observation'`.
       feature: the TFDS feature connector of the leaf.
-      kind: how it is encoded (one of the module-level kind constants).
+      kind: how it is encoded (a kind of `store.features`, or `FALLBACK`).
       in_steps: whether the leaf is a per-step field (under `steps`).
       shape: the value shape of one step (or of the episode-level value).
       dtype: the numpy dtype values are cast to (None for text and fallback).
@@ -132,11 +133,7 @@ def compile_fields(features: Any) -> list[FieldSpec]:
             f"got keys {sorted(features.keys())}"
         )
     _check_readable(features)
-    fields: list[FieldSpec] = []
-    _walk(features[STEPS].feature, (STEPS,), True, fields)
-    for name, sub in features.items():
-        if name != STEPS:
-            _walk(sub, (name,), False, fields)
+    fields = [_field_spec(node) for node in _walk_tfds(features) if not node.empty_dict]
     for field in fields:
         _check_decodable(field)
     return fields
@@ -148,20 +145,22 @@ def empty_dict_paths(features: Any) -> list[tuple[str, ...]]:
     They have no leaf, so nothing is stored for them, but TFDS expects `{}`
     in the example and gives `{}` back: recorders accept that value there.
     """
+    return [node.path for node in _walk_tfds(features) if node.empty_dict]
+
+
+def _walk_tfds(top: Any) -> list[feature_model.FeatureNode]:
+    """`features.walk_features` over TFDS's feature objects."""
     import tensorflow_datasets as tfds
 
-    out: list[tuple[str, ...]] = []
-
-    def walk(feature: Any, path: tuple[str, ...]) -> None:
+    def children(feature: Any, path: tuple[str, ...]) -> Mapping[str, Any] | None:
         if isinstance(feature, tfds.features.FeaturesDict):
-            if not feature.keys():
-                out.append(path)
-            for name, sub in feature.items():
-                walk(sub, path + (name,))
+            return dict(feature.items())
+        return None
 
-    for name, sub in features.items():
-        walk(sub.feature if name == STEPS else sub, (name,))
-    return out
+    def steps_feature(feature: Any, path: tuple[str, ...]) -> Any:
+        return feature.feature if isinstance(feature, tfds.features.Dataset) else None
+
+    return list(feature_model.walk_features(dict(top.items()), children, steps_feature))
 
 
 def _check_readable(features: Any) -> None:
@@ -233,24 +232,16 @@ def _check_decodable(field: FieldSpec) -> None:
         )
 
 
-def _walk(feature: Any, path: tuple[str, ...], in_steps: bool, out: list[FieldSpec]) -> None:
-    import tensorflow_datasets as tfds
-
-    if isinstance(feature, tfds.features.FeaturesDict):
-        for name, sub in feature.items():
-            _walk(sub, path + (name,), in_steps, out)
-        return
-    kind, shape, dtype = _classify(feature)
-    out.append(
-        FieldSpec(
-            path=path,
-            key="/".join(path),
-            feature=feature,
-            kind=kind,
-            in_steps=in_steps,
-            shape=shape,
-            dtype=dtype,
-        )
+def _field_spec(node: feature_model.FeatureNode) -> FieldSpec:
+    kind, shape, dtype = _classify(node.spec)
+    return FieldSpec(
+        path=node.path,
+        key=node.key,
+        feature=node.spec,
+        kind=kind,
+        in_steps=node.in_steps,
+        shape=shape,
+        dtype=dtype,
     )
 
 

@@ -31,7 +31,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -190,13 +190,24 @@ class ShardTemplate:
         With a counting template, only files of the count that most files
         agree on are returned (a stale shard of another build is left alone).
         """
+        directory = epath.Path(directory)
+        return {
+            i: directory / n for i, n in self.select(p.name for p in directory.iterdir()).items()
+        }
+
+    def select(self, names: Iterable[str]) -> dict[int, str]:
+        """Returns index -> name of this split's shard files among `names`.
+
+        With a counting template, only files of the count that most files
+        agree on are returned (a stale shard of another build is left alone).
+        """
         pattern = self.pattern()
-        found: dict[int, dict[int, epath.Path]] = {}
-        for child in epath.Path(directory).iterdir():
-            m = pattern.match(child.name)
+        found: dict[int, dict[int, str]] = {}
+        for name in names:
+            m = pattern.match(name)
             if m:
                 count = int(m.group("count")) if "count" in m.groupdict() else -1
-                found.setdefault(count, {})[int(m.group("index"))] = child
+                found.setdefault(count, {})[int(m.group("index"))] = name
         if not found:
             return {}
         best = max(found, key=lambda c: (len(found[c]), c))

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from typing import Any
 
 from etils import epath
 
 from rlds_writer.errors import NotADatasetError
-from rlds_writer.store import layout
+from rlds_writer.store import layout, storage
 
 # How far below a directory to look for datasets, and how many directory
 # entries to read at most: a user who passes their home directory gets an
@@ -25,24 +26,35 @@ _MAX_ENTRIES = 5000
 _FILES = (layout.DATASET_INFO, layout.FEATURES)
 
 
-def require_dataset(path: epath.PathLike) -> None:
-    """Raises `NotADatasetError` unless `path` holds `dataset_info.json` and `features.json`."""
+def require_dataset(path: epath.PathLike, backend: Any = None) -> None:
+    """Raises `NotADatasetError` unless `path` holds `dataset_info.json` and `features.json`.
+
+    Args:
+      path: the directory.
+      backend: the `store.storage` object that reaches it (default: the one for `path`).
+    """
     if layout.is_local(path):
         # os.path, not epath: the reader must not look for TensorFlow (epath does).
         root = os.fspath(path)
         if all(os.path.isfile(os.path.join(root, f)) for f in _FILES):
             return
-    elif all((epath.Path(path) / f).is_file() for f in _FILES):
+        raise not_a_dataset(path)
+    backend = backend or storage.storage_for(path)
+    root = os.fspath(path).rstrip("/")
+    present = [backend.exists(backend.join(root, f)) for f in _FILES]
+    if all(present):
         return
-    raise not_a_dataset(path)
+    if present[0]:
+        raise NotADatasetError(os.fspath(path), f"it has no {layout.FEATURES}")
+    raise NotADatasetError(os.fspath(path), f"it has no {layout.DATASET_INFO}")
 
 
 def not_a_dataset(path: epath.PathLike) -> NotADatasetError:
     """The error for `path`, which is not a dataset: what is there, and datasets below it."""
     shown = os.fspath(path)
     if not layout.is_local(path):
-        root = epath.Path(path)
-        if (root / layout.DATASET_INFO).exists():
+        backend = storage.storage_for(shown)
+        if backend.exists(backend.join(shown.rstrip("/"), layout.DATASET_INFO)):
             return NotADatasetError(shown, f"it has no {layout.FEATURES}")
         return NotADatasetError(shown, f"it has no {layout.DATASET_INFO}")
     if not os.path.lexists(shown):

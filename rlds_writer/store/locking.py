@@ -187,7 +187,7 @@ class DirectoryLock:
         if self.purpose == "write":
             advice = (
                 "Only one writer may write a dataset directory: give each writer its own "
-                "subdirectory (rlds_writer.writer_directory(root, writer_id)) and combine "
+                "subdirectory (rlds_writer.store.writer_directory(root, writer_id)) and combine "
                 "them afterwards with rlds_writer.merge or `rlds-writer merge`."
             )
         else:

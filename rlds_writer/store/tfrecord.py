@@ -257,3 +257,70 @@ def _next_record(buf: Any, read_at: Any, start: int, size: int) -> int | None:
         if problem is None:
             return candidate
         pos += 1
+
+
+class _Window:
+    """A `RandomAccess` (`size`, `read_at`) seen as the bytes `_scan` walks (slices, `find`)."""
+
+    _CHUNK = 1 << 20
+
+    def __init__(self, source: Any):
+        self.source = source
+
+    def __getitem__(self, item: slice) -> bytes:
+        return self.source.read_at(item.start, item.stop - item.start)
+
+    def find(self, sub: bytes, start: int, end: int) -> int:
+        pos = start
+        while pos < end:
+            stop = min(end, pos + self._CHUNK)
+            found = self.source.read_at(pos, stop - pos).find(sub)
+            if found >= 0:
+                return pos + found
+            pos = stop
+        return -1
+
+
+def scan_random(source: Any, verify_data: bool = True, resync: bool = False) -> Scan:
+    """`scan` over an opened file or object (`size`, `read_at(offset, n)`): object storage."""
+    if source.size == 0:
+        return Scan([], 0, None, 0, [])
+    return _scan(_Window(source), source.size, verify_data, resync)
+
+
+def walk_headers(source: Any, limit: int) -> tuple[list[int], int, str | None]:
+    """Finds the offsets of the first `limit` records by their headers alone.
+
+    Reads 12 bytes per record (never the data), so indexing a shard in object
+    storage fetches its headers, not its records.
+
+    Args:
+      source: the file (`size`, `read_at(offset, n)`).
+      limit: how many records to find at most.
+
+    Returns:
+      (offsets, offset where the walk stopped, problem there or None: None
+      also when the file ends cleanly before `limit` records).
+    """
+    offsets: list[int] = []
+    offset = 0
+    size = source.size
+    while len(offsets) < limit:
+        if offset >= size:  # fewer records than asked for, the file ends cleanly
+            return offsets, offset, None
+        header = source.read_at(offset, HEADER_SIZE)
+        if len(header) < HEADER_SIZE:
+            return offsets, offset, "truncated record header"
+        length = parse_header(header)
+        if length is None:
+            return offsets, offset, "length CRC mismatch (garbage or torn header)"
+        end = offset + FRAMING + length
+        if end > size:
+            return (
+                offsets,
+                offset,
+                f"truncated record (needs {FRAMING + length} bytes, has {size - offset})",
+            )
+        offsets.append(offset)
+        offset = end
+    return offsets, offset, None

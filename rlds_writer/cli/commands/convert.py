@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from rlds_writer.cli.commands import _formats
+from rlds_writer.cli.commands import _beam, _formats
 from rlds_writer.interop import FORMATS
 
 
@@ -51,35 +51,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="error",
         help="what to do if DEST already holds a dataset (default error)",
     )
-    p.add_argument(
-        "--drop-partial",
-        action="store_true",
-        help="d4rl-hdf5: drop a trailing episode with no terminal/timeout (default: keep it "
-        "as truncated)",
-    )
-    p.add_argument(
-        "--map",
-        action="append",
-        metavar="FIELD=KEY",
-        help="npz-dir / hdf5-episodes: which key holds a field, e.g. observation/image=obs/pixels "
-        "(fields: observation[/name], action, reward, discount, terminated, truncated, "
-        "step/<name>, episode/<name>; repeatable)",
-    )
-    p.add_argument(
-        "--episodes-group",
-        default="data",
-        help="hdf5-episodes: the group whose child groups are episodes (default data)",
-    )
-    p.add_argument(
-        "--max-inflation",
-        type=float,
-        metavar="RATIO",
-        help="d4rl-hdf5 / npz-dir / hdf5-episodes: the arrays read from a file may declare at "
-        "most RATIO times its size (default 100; beyond, a forged size or a decompression bomb "
-        "is refused); raise it for a genuine, very compressible file",
-    )
+    _formats.add_format_options(p, "convert")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _beam.add_options(p, "each source file or group of episodes is read and encoded by a worker")
     p.set_defaults(func=run)
 
 
@@ -95,21 +70,16 @@ def run(args: argparse.Namespace) -> int:
         "mode": args.mode,
         "progress": not args.no_progress and sys.stderr.isatty(),
     }
-    if args.source_format == "d4rl-hdf5":
-        options["drop_partial"] = args.drop_partial
-    elif args.drop_partial:
-        raise ValueError("--drop-partial applies to --from d4rl-hdf5 only")
-    if args.max_inflation is not None:
-        if args.source_format not in ("d4rl-hdf5", "npz-dir", "hdf5-episodes"):
-            raise ValueError("--max-inflation applies to d4rl-hdf5, npz-dir and hdf5-episodes")
-        options["max_inflation"] = args.max_inflation
-    if args.source_format in ("npz-dir", "hdf5-episodes"):
-        options["mapping"] = args.map
-        if args.source_format == "hdf5-episodes":
-            options["episodes_group"] = args.episodes_group
-    elif args.map:
-        raise ValueError("--map applies to --from npz-dir and hdf5-episodes only")
-    report = converters.convert(args.source_format, args.src, args.dest, **options)
+    options.update(_formats.format_options(args, FORMATS[args.source_format]))
+    beam_args = _beam.pipeline_args(args)
+    if beam_args is not None:
+        from rlds_writer.interop import beam_convert
+
+        _beam.import_quietly()
+
+        report = beam_convert.convert(args.source_format, args.src, args.dest, beam_args, **options)
+    else:
+        report = converters.convert(args.source_format, args.src, args.dest, **options)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

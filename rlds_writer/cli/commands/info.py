@@ -14,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "steps, bytes, shards, the features as a tree, metadata.json, and anything "
         "`recover` would fix.",
     )
-    p.add_argument("path", help="dataset directory")
+    p.add_argument("path", help="dataset directory (local, or s3://, gs://, ...)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument(
         "--no-steps",
@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlds_writer.maintain.inspection import info, render_info
+    from rlds_writer.maintain.summary import info, render_info
 
     summary = info(args.path, count_steps=not args.no_steps)
     if args.json:

@@ -182,7 +182,7 @@ def _episodes_on_disk(path: str | os.PathLike) -> int:
 
     if not os.path.exists(os.path.join(path, "dataset_info.json")):
         return 0
-    summary = rlds_writer.info(path, count_steps=False)
+    summary = rlds_writer.maintain.info(path, count_steps=False)
     return sum(split["episodes"] for split in summary["splits"].values())
 
 

@@ -14,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "step metadata) and a cursor at the current step. .gif needs nothing more; .mp4 "
         "needs PyAV (pip install av).",
     )
-    p.add_argument("path", help="dataset directory")
+    p.add_argument("path", help="dataset directory (local, or s3://, gs://, ...)")
     p.add_argument("--episode", type=int, default=0, help="episode index in the split")
     p.add_argument("--split", default="train", help="split (TFDS split syntax)")
     p.add_argument("--out", required=True, help="output file, .gif or .mp4")

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from rlds_writer.cli.commands import _beam
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -16,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "terminated vs truncated episodes, and for every numeric step-metadata field the "
         "mean/std/min/max across episodes of its per-episode mean.",
     )
-    p.add_argument("path", help="dataset directory")
+    p.add_argument("path", help="dataset directory (local, or s3://, gs://, ...)")
     p.add_argument(
         "--split", action="append", help="split to read (repeatable; default: every split)"
     )
@@ -31,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "normalisation), cached as dataset_statistics_<split>.json next to the dataset",
     )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _beam.add_options(p, "--per-dimension only; each shard is read by a worker")
     p.set_defaults(func=run)
 
 
@@ -39,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.per_dimension:
         return _per_dimension(args)
+    if _beam.pipeline_args(args) is not None:
+        raise ValueError("the Beam options (--runner, ...) apply to stats --per-dimension only")
     if args.plot:
         statistics.pyplot()  # without matplotlib, say so before reading the dataset
     stats = statistics.compute_statistics(
@@ -62,17 +67,24 @@ def run(args: argparse.Namespace) -> int:
 
 def _per_dimension(args: argparse.Namespace) -> int:
     from rlds_writer.maintain import field_statistics
+    from rlds_writer.store.dataset import Dataset
 
-    splits = args.split or list(_splits(args.path))
-    out = {split: field_statistics.dataset_statistics(args.path, split) for split in splits}
+    dataset = Dataset.open(args.path)  # opened once for every split
+    splits = args.split or list(dataset.splits)
+    beam_args = _beam.pipeline_args(args)
+    if beam_args is not None:
+        from rlds_writer.maintain import beam_statistics
+
+        _beam.import_quietly()
+
+        out = {
+            split: beam_statistics.beam_dataset_statistics(args.path, split, beam_args)
+            for split in splits
+        }
+    else:
+        out = {split: field_statistics.dataset_statistics(dataset, split) for split in splits}
     if args.json:
         print(json.dumps(out if len(out) > 1 else out[splits[0]], indent=2))
     else:
         print("\n".join(field_statistics.format_field_statistics(s) for s in out.values()))
     return 0
-
-
-def _splits(path: str) -> list[str]:
-    from rlds_writer.read.reader import open_dataset
-
-    return list(open_dataset(path).splits)

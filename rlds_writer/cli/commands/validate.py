@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "step, is_terminal only on a final step; step fields of equal length. Exits 1 and "
         "names the episode and step of the first violation.",
     )
-    p.add_argument("path", help="dataset directory")
+    p.add_argument("path", help="dataset directory (local, or s3://, gs://, ...)")
     p.add_argument("--split", action="append", help="split to check (repeatable; default all)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument(
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rlds_writer.errors import counted
-    from rlds_writer.maintain.inspection import describe_violation, validate
+    from rlds_writer.maintain.validation import describe_violation, validate
 
     result = validate(args.path, splits=args.split, max_violations=args.max_violations)
     if args.json:

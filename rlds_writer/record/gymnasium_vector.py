@@ -1,0 +1,170 @@
+"""`RecordRLDSVector`: every sub-env of a Gymnasium vector env recorded as RLDS.
+
+Each sub-env's episodes are separate episodes of one dataset, through one
+`Recording` (`record/gymnasium_recording.py`) with a slot per sub-env. The
+autoreset mode (`next_step`, `same_step`, `disabled`) is read from
+`env.metadata['autoreset_mode']`; the autoreset step of `next_step` mode never
+enters an episode, and in `same_step` mode the final observation and info of
+an ended episode are taken from `final_obs`/`final_info`. The mapping from
+Gymnasium to RLDS is `RecordRLDS`'s (`record/gymnasium.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium
+import numpy as np
+from etils import epath
+
+from rlds_writer.errors import StepValueError
+from rlds_writer.record.gymnasium_recording import OPTIONS_DOC, env_id, new_recording
+from rlds_writer.record.recorder import Recorder
+
+
+def _env_info(infos: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """The `info` of sub-env `index` from a vector env's batched info dict."""
+    out: dict[str, Any] = {}
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        mask = infos.get(f"_{key}")
+        if mask is not None and not mask[index]:
+            continue
+        if isinstance(value, Mapping):
+            out[key] = _env_info(value, index)
+        else:
+            out[key] = value[index]
+    return out
+
+
+_FINAL_KEYS = ("final_obs", "final_info")
+
+
+class RecordRLDSVector(gymnasium.vector.VectorWrapper):
+    __doc__ = (
+        "Records every episode of every sub-env of a Gymnasium vector env as RLDS.\n\n"
+        "    Each sub-env's episodes are separate episodes of one dataset; the\n"
+        "    autoreset mode is read from `env.metadata['autoreset_mode']`.\n" + OPTIONS_DOC
+    )
+
+    def __init__(
+        self,
+        env: gymnasium.vector.VectorEnv,
+        data_directory: epath.PathLike,
+        **kwargs: Any,
+    ):
+        super().__init__(env)
+        from gymnasium.vector import AutoresetMode
+
+        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self._mode = AutoresetMode(mode) if not isinstance(mode, AutoresetMode) else mode
+        metadata = {
+            "autoreset_mode": self._mode.value,
+            "num_envs": env.num_envs,
+            **env_id(env),
+            **dict(kwargs.pop("metadata", None) or {}),
+        }
+        self._recording = new_recording(
+            env.single_observation_space,
+            env.single_action_space,
+            data_directory,
+            {**kwargs, "metadata": metadata},
+        )
+        n = env.num_envs
+        self._step_index = np.zeros(n, dtype=np.int64)
+        self._autoreset = np.zeros(n, dtype=bool)
+        self._closed = False
+
+    @property
+    def recorder(self) -> Recorder:
+        return self._recording.recorder
+
+    def reset(
+        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        from gymnasium.vector.utils import iterate
+
+        # Read the mask first: the vector env pops it from `options`.
+        mask = (options or {}).get("reset_mask")
+        obs, infos = self.env.reset(seed=seed, options=options)
+        for i, obs_i in enumerate(iterate(self.env.observation_space, obs)):
+            if mask is not None and not mask[i]:
+                continue
+            self._recording.begin(i, obs_i, _env_info(infos, i))
+            self._step_index[i] = 0
+            self._autoreset[i] = False
+        return obs, infos
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        from gymnasium.vector.utils import iterate
+
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        observations = iterate(self.env.observation_space, obs)
+        action_items = iterate(self.env.action_space, actions)
+        # A value refused for one sub-env must not cost the others their step:
+        # every sub-env is recorded, then the first error is raised.
+        first_error = None
+        for i, (obs_i, action_i) in enumerate(zip(observations, action_items)):
+            try:
+                self._record_sub_env(
+                    i, obs_i, action_i, rewards[i], terminations[i], truncations[i], infos
+                )
+            except StepValueError as e:
+                first_error = first_error or e
+        if first_error is not None:
+            raise first_error
+        return obs, rewards, terminations, truncations, infos
+
+    def _record_sub_env(
+        self, i: int, obs_i: Any, action_i: Any, reward: Any, term: Any, trunc: Any, infos: Any
+    ) -> None:
+        from gymnasium.vector import AutoresetMode
+
+        recording = self._recording
+        info_i = _env_info(infos, i)
+        if self._autoreset[i]:
+            # next_step mode: this step reset sub-env i; its action was ignored.
+            self._autoreset[i] = False
+            recording.begin(i, obs_i, info_i)
+            self._step_index[i] = 0
+            return
+        writer = recording.recorder
+        if not writer.in_episode(i) and not writer.stopped(i):
+            raise RuntimeError(f"sub-env {i} was stepped outside an episode: reset it first")
+        terminated, truncated = bool(term), bool(trunc)
+        done = terminated or truncated
+        self._step_index[i] += 1
+        if done and self._mode == AutoresetMode.SAME_STEP:
+            final_obs = infos["final_obs"][i]
+            final_info = _env_info(infos["final_info"], i)
+            reset_info = {k: v for k, v in info_i.items() if k not in _FINAL_KEYS}
+            try:
+                recording.add(
+                    i, int(self._step_index[i]), action_i, final_obs, reward,
+                    terminated, truncated, final_info,
+                )  # fmt: skip
+            finally:
+                recording.begin(i, obs_i, reset_info)
+                self._step_index[i] = 0
+            return
+        if done and self._mode == AutoresetMode.NEXT_STEP:
+            self._autoreset[i] = True  # set first: a refused value must not lose it
+        recording.add(
+            i, int(self._step_index[i]), action_i, obs_i, reward, terminated, truncated, info_i
+        )
+
+    def flush(self) -> None:
+        """Blocks until every finished episode is on disk."""
+        self._recording.recorder.flush()
+
+    def close(self, **kwargs: Any) -> None:
+        """Ends open episodes (cut short), closes the dataset, then the env."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._recording.recorder.close()
+        finally:
+            self.env.close(**kwargs)

@@ -1,0 +1,154 @@
+"""The package's top level: a short list of names, the rest in subpackages, and reloadable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import rlds_writer
+
+_ROOT = Path(__file__).resolve().parents[1]
+
+# What a user types in the first hour (CHANGELOG.md lists where the rest went).
+TOP_LEVEL = {
+    "EnvLogger",
+    "TFDSBackendWriter",
+    "RecordRLDS",
+    "RecordRLDSVector",
+    "RecordRLDSParallel",
+    "RecordRLDSAEC",
+    "RLDSRecorder",
+    "DatasetConfig",
+    "config_from_env",
+    "config_from_spaces",
+    "Catch",
+    "open_dataset",
+    "recover",
+    "merge",
+    "convert",
+    "export",
+    "RLDSWriterError",
+}
+SUBPACKAGES = ("record", "store", "read", "maintain", "interop")
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    environ.update(env)
+    environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), environ.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environ, timeout=300
+    )
+
+
+def _resolve(dotted: str) -> object:
+    """`rlds_writer.a.b` by attribute access from `import rlds_writer`, as a user types it."""
+    value: object = rlds_writer
+    for part in dotted.split(".")[1:]:
+        value = getattr(value, part)
+    return value
+
+
+def test_the_top_level_holds_the_first_hour_names_and_each_resolves():
+    assert set(rlds_writer.__all__) == TOP_LEVEL
+    for name in TOP_LEVEL:
+        assert getattr(rlds_writer, name) is not None, name
+    assert rlds_writer.RecordRLDS.__module__ == "rlds_writer.record.gymnasium"
+    assert issubclass(rlds_writer.RLDSWriterError, Exception)
+
+
+@pytest.mark.parametrize("package", SUBPACKAGES)
+def test_each_subpackage_lists_its_public_names_and_each_resolves(package):
+    module = getattr(rlds_writer, package)  # subpackages load as attributes
+    assert module.__name__ == f"rlds_writer.{package}"
+    assert module.__all__, package
+    folder = _ROOT / "rlds_writer" / package
+    for name in module.__all__:
+        # A submodule of the same name would replace the name once imported.
+        assert not (folder / f"{name}.py").exists(), f"rlds_writer.{package}.{name} is a module"
+        assert not (folder / name).is_dir(), f"rlds_writer.{package}.{name} is a package"
+        value = getattr(module, name)
+        assert not isinstance(value, types.ModuleType), f"rlds_writer.{package}.{name}"
+    assert set(module.__all__) <= set(dir(module))
+
+
+def test_a_moved_name_says_where_it_is_and_is_there():
+    moved = rlds_writer._MOVED
+    assert not set(moved) & TOP_LEVEL
+    assert len(moved) + len(TOP_LEVEL) == 54  # the top level before the trim
+    for name, place in moved.items():
+        with pytest.raises(AttributeError, match=rf"has no attribute '{name}'; it is {place}$"):
+            getattr(rlds_writer, name)
+        assert not isinstance(_resolve(place), types.ModuleType), place
+    assert rlds_writer.maintain.validate.__module__ == "rlds_writer.maintain.validation"
+    assert rlds_writer.errors.SpecError.__name__ == "SpecError"
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'$"):
+        rlds_writer.no_such_name  # noqa: B018
+
+
+def test_old_module_paths_are_gone():
+    # Nothing was released with them: no finder keeps them alive.
+    done = _python(
+        "import importlib, rlds_writer\n"
+        "for old in ('rlds_writer.reader', 'rlds_writer.wrappers.gymnasium', "
+        "'rlds_writer.converters'):\n"
+        "    try:\n"
+        "        importlib.import_module(old)\n"
+        "    except ModuleNotFoundError:\n"
+        "        pass\n"
+        "    else:\n"
+        "        raise SystemExit(f'{old} still imports')\n"
+        "print('ok')\n"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "ok"
+
+
+def test_reload_installs_nothing_twice_and_keeps_the_names():
+    done = _python(
+        "import importlib, os, sys, rlds_writer\n"
+        "first = rlds_writer.Catch\n"
+        "for _ in range(2):\n"
+        "    importlib.reload(rlds_writer)\n"
+        "names = [type(f).__name__ for f in sys.meta_path]\n"
+        "print(names.count('_TensorFlowLocalRuntime'), names.count('_QuietTensorFlowFinder'))\n"
+        "print(rlds_writer.Catch is first, rlds_writer.maintain.validate.__name__)\n"
+        "print(os.environ['TF_CPP_MIN_LOG_LEVEL'])\n"
+        # --verbose takes back our default level, also after a reload.
+        "rlds_writer._tensorflow.show_tensorflow_logs()\n"
+        "print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))\n"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["1 1", "True validate", "2", "None"]
+
+
+def test_a_users_log_level_survives_a_reload_and_verbose():
+    done = _python(
+        "import importlib, os, rlds_writer\n"
+        "importlib.reload(rlds_writer)\n"
+        "rlds_writer._tensorflow.show_tensorflow_logs()\n"
+        "print(os.environ['TF_CPP_MIN_LOG_LEVEL'])\n",
+        TF_CPP_MIN_LOG_LEVEL="1",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "1"
+
+
+def test_importing_and_using_the_package_raises_no_deprecation_warning_of_ours():
+    # pyproject no longer ignores DeprecationWarning: ours would fail the suite.
+    done = _python(
+        "import warnings\n"
+        "warnings.simplefilter('error', DeprecationWarning)\n"
+        "import rlds_writer\n"
+        "for package in ('record', 'store', 'read', 'maintain', 'interop'):\n"
+        "    getattr(rlds_writer, package)\n"
+        "rlds_writer.open_dataset, rlds_writer.TFDSBackendWriter\n"
+        "print('ok')\n"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "ok"
