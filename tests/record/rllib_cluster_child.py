@@ -216,6 +216,22 @@ def _lose_the_second_node(
     raise AssertionError(f"the runner of the lost node was not restarted elsewhere: {located}")
 
 
+def _reported_per_dataset(algo: Any) -> dict[str, int]:
+    """Episodes the runners reported finished, per module (or "") and split."""
+    import ray
+
+    recorder = algo.callbacks[0] if isinstance(algo.callbacks, list) else algo.callbacks
+    reports = ray.get(recorder._sink.__ray_call__.remote(lambda sink: dict(sink.reports)))
+    out: dict[str, int] = {}
+    for report in reports.values():
+        for directory, splits in report["counts"].items():
+            module = directory.rpartition("/")[0]
+            for split, n in splits.items():
+                key = f"{module}/{split}" if module else split
+                out[key] = out.get(key, 0) + n
+    return out
+
+
 def _episodes_reported_from(algo: Any, node_id: str) -> int:
     """Episodes the runners of one node reported to the driver's sink."""
     import ray
@@ -261,7 +277,7 @@ def main() -> None:
         import ray
 
         _wait_for_port(address)
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=bool(os.environ.get("RLLIB_CLUSTER_LOGS")))
         for _ in range(120):
             if len([n for n in ray.nodes() if n["Alive"]]) == 2:
                 break
@@ -279,6 +295,7 @@ def main() -> None:
         results.append(algo.train())
         lifetime = results[-1]["env_runners"].get("num_episodes_lifetime")
         result["rllib_episodes"] = lifetime
+        result["reported"] = _reported_per_dataset(algo)
         if scenario == "node_lost":
             result["lost_node_episodes"] = _episodes_reported_from(algo, result["lost_node"])
         try:
