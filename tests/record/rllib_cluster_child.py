@@ -7,6 +7,8 @@ no Ray outside is reachable or touched.
 
     python rllib_cluster_child.py WORKDIR SCENARIO RESULT_JSON
 
+(`RLLIB_CLUSTER_LOGS=1` shows the runners' logs, recorder warnings included.)
+
 The head node runs the driver and one EnvRunner; a second node, started in a
 mount namespace of its own with a tmpfs over the output root's parent, cannot
 see the driver's files; a custom resource (`slot`, one per node) puts the
