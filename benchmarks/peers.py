@@ -13,11 +13,16 @@ a fresh process (imports are not timed), peers and repetitions interleaved:
   (`Image` stores PNG), then `save_to_disk`;
 * **envlogger**: envlogger's `EnvLogger` (Riegeli backend), in its own venv
   (`--envlogger-python`, or built on first use in `.cache/bench-venvs/`);
+* **lerobot**: LeRobot's `LeRobotDataset.create`, `add_frame` per step,
+  `save_episode` per episode and `finalize` (Parquet; PNG frames embedded with
+  `use_videos=False`, JPEG workloads as its default AV1 video), in its own venv
+  (`--lerobot-python`, or built on first use in `.cache/bench-venvs/`: it pins
+  its own torch and datasets);
 * **plain**: one `write()` per step of the frame's bytes to one open file, the
   physical limit for raw frames.
 
 Each peer runs only the workloads it stores like for like (raw with raw, PNG
-with PNG, JPEG with JPEG):
+with PNG, JPEG with JPEG or lossy video):
 
 * **catch**: float32 (10, 5) observation, discrete action;
 * **raw84**: uint8 (84, 84, 3) frames stored as raw bytes;
@@ -74,10 +79,14 @@ PEERS = {
     "minari": ("catch", "raw84", "jpeg84", "cams256"),
     "hf": ("catch", "raw84", "png84"),
     "envlogger": ("catch", "raw84"),
+    # LeRobot stores no raw frames: images are PNG files or video.
+    "lerobot": ("catch", "png84", "jpeg84", "cams256"),
     "plain": ("raw84",),
 }
 # envlogger 1.3's wheel needs glibc 2.38; 1.2 (the version users compared against) needs numpy 1.
 ENVLOGGER_REQUIREMENTS = ["envlogger==1.2", "dm-env", "numpy<2", "absl-py", "psutil"]
+# LeRobot pins its own torch and datasets; gymnasium for the bare loop.
+LEROBOT_REQUIREMENTS = ["lerobot", "gymnasium", "psutil"]
 
 
 # --------------------------------------------------------------------------- rollouts
@@ -386,6 +395,63 @@ def _run_envlogger(workload: str, steps: int, episodes: int, out: str) -> float:
     return loop
 
 
+def _lerobot_features(workload: str) -> dict[str, dict[str, Any]]:
+    image = ("height", "width", "channels")
+    if workload == "catch":
+        obs = {"observation.state": {"dtype": "float32", "shape": (10, 5), "names": None}}
+    elif workload == "cams256":
+        cam = {"dtype": "video", "shape": (256, 256, 3), "names": image}
+        obs = {"observation.images.image": cam, "observation.images.wrist_image": dict(cam)}
+    else:
+        kind = "image" if workload == "png84" else "video"
+        obs = {"observation.image": {"dtype": kind, "shape": (84, 84, 3), "names": image}}
+    action = (7,) if workload == "cams256" else (1,)
+    return {
+        **obs,
+        "action": {
+            "dtype": "float32" if workload == "cams256" else "int64",
+            "shape": action,
+            "names": None,
+        },
+        "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
+    }
+
+
+def _run_lerobot(workload: str, steps: int, episodes: int, out: str) -> float:
+    """LeRobot's recording path, as its `record` script drives it: a frame per step."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    features = _lerobot_features(workload)
+    dataset = LeRobotDataset.create(
+        "bench/rollouts", fps=30, features=features, root=out, use_videos=workload != "png84"
+    )
+    rollout = Rollout(workload, steps)
+    if workload == "cams256":
+        action = rollout.action
+    else:
+        action = np.array([rollout.action], np.int64)
+    reward = np.ones(1, np.float32)
+    start = time.perf_counter()
+    for _ in range(episodes):
+        obs = rollout.reset()
+        done = False
+        while not done:
+            frame = {"task": "bench", "action": action, "next.reward": reward}
+            if workload == "catch":
+                frame["observation.state"] = obs
+            elif workload == "cams256":
+                frame["observation.images.image"] = obs["image"]
+                frame["observation.images.wrist_image"] = obs["wrist_image"]
+            else:
+                frame["observation.image"] = obs
+            dataset.add_frame(frame)
+            obs, _, done = rollout.step()
+        dataset.save_episode()
+    loop = time.perf_counter() - start
+    dataset.finalize()
+    return loop
+
+
 def _run_plain(workload: str, steps: int, episodes: int, out: str) -> float:
     rollout = Rollout(workload, steps)
     os.makedirs(out)
@@ -406,6 +472,7 @@ RUNNERS = {
     "minari": _run_minari,
     "hf": _run_hf,
     "envlogger": _run_envlogger,
+    "lerobot": _run_lerobot,
     "plain": _run_plain,
 }
 _IMPORTS = {
@@ -420,6 +487,7 @@ _IMPORTS = {
     "minari": ("minari", "gymnasium", "PIL.Image"),
     "hf": ("datasets", "PIL.Image"),
     "envlogger": ("envlogger",),
+    "lerobot": ("lerobot.datasets.lerobot_dataset", "gymnasium"),
     "plain": (),
 }
 
@@ -474,19 +542,20 @@ def child(peer: str, workload: str, steps: int, episodes: int, out: str) -> dict
     }
 
 
-def _envlogger_python(cache: str) -> str | None:
-    venv = os.path.join(cache, "envlogger")
+def _peer_python(cache: str, peer: str, requirements: list[str]) -> str | None:
+    """The python of `peer`'s own venv under `cache`, built on first use; None if it cannot be."""
+    venv = os.path.join(cache, peer)
     python = os.path.join(venv, "bin", "python")
     if not os.path.exists(python):
         try:
             subprocess.run([sys.executable, "-m", "venv", venv], check=True)
             subprocess.run(
-                [python, "-m", "pip", "install", "-q", *ENVLOGGER_REQUIREMENTS],
+                [python, "-m", "pip", "install", "-q", *requirements],
                 check=True,
-                timeout=900,
+                timeout=1800,
             )
         except (subprocess.SubprocessError, OSError) as e:
-            print(f"envlogger: no venv ({e}); not measured", file=sys.stderr)
+            print(f"{peer}: no venv ({e}); not measured", file=sys.stderr)
             shutil.rmtree(venv, ignore_errors=True)
             return None
     return python
@@ -617,6 +686,7 @@ def main() -> None:
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test)")
     parser.add_argument("--envlogger-python", help="python of a venv with envlogger installed")
+    parser.add_argument("--lerobot-python", help="python of a venv with lerobot installed")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     sys.path.insert(0, _HERE)
     from report_sections import add_report_argument, write_section
@@ -630,13 +700,17 @@ def main() -> None:
     workloads = [w for w in args.workloads.split(",") if w]
     peers = [p for p in args.peers.split(",") if p]
     pythons = {p: sys.executable for p in peers}
-    if "envlogger" in peers:
-        cache = os.path.join(os.path.dirname(_HERE), ".cache", "bench-venvs")
-        python = args.envlogger_python or _envlogger_python(cache)
-        if python:
-            pythons["envlogger"] = python
-        else:
-            peers.remove("envlogger")
+    cache = os.path.join(os.path.dirname(_HERE), ".cache", "bench-venvs")
+    for peer, given, requirements in (
+        ("envlogger", args.envlogger_python, ENVLOGGER_REQUIREMENTS),
+        ("lerobot", args.lerobot_python, LEROBOT_REQUIREMENTS),
+    ):
+        if peer in peers:
+            python = given or _peer_python(cache, peer, requirements)
+            if python:
+                pythons[peer] = python
+            else:
+                peers.remove(peer)
     results: dict[tuple[str, str, str], list[dict]] = {}
     for rep in range(args.repetitions):
         for workload in workloads:

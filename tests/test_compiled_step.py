@@ -163,3 +163,22 @@ def test_scalar_columns_of_python_numbers_store_what_numpy_casts_them_to(tmp_pat
     # TFDS stores float64 as float32 (tf.train.Example has no double list).
     want = np.array(discounts, np.float64).astype(np.float32)
     np.testing.assert_array_equal([s["discount"] for s in steps], want)
+
+
+def test_the_compiled_step_shows_its_source_to_inspect_and_tracebacks(tmp_path):
+    import inspect
+    import traceback
+
+    with rlds_writer.TFDSBackendWriter(str(tmp_path / "ds"), _config()) as backend:
+        _, _, _, first, meta = _exact(0)
+        backend.begin_episode(first, meta)
+        (buffer,) = backend.recorder._buffers.values()
+        source = inspect.getsource(buffer.add)
+        assert source == buffer.add.source
+        assert source.startswith("def add(action, reward, discount, next_observation")
+        action, reward, discount, observation, meta = _exact(1)
+        with pytest.raises(StepValueError) as refused:
+            buffer.add(action, "not a reward", discount, observation, meta)
+    frames = traceback.format_tb(refused.value.__traceback__)
+    # The generated frame, with its line: the value failed a test and was handed on.
+    assert any("<rlds_writer step add" in f and "_checked(action, reward" in f for f in frames)

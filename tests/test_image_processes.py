@@ -63,8 +63,15 @@ class _Cameras(gym.Env):
 
 @pytest.fixture(autouse=True)
 def _workers_from_the_first_image_episode(monkeypatch):
-    """These tests are about the processes: start them at once, not when the writer falls behind."""
+    """These tests are about the processes: start them at once, not when the writer falls behind.
+
+    Each test starts with no idle pool left by another (a closed recording
+    keeps its processes for the next one) and leaves none.
+    """
     monkeypatch.setattr(encoding, "START_WORKERS_BEHIND_SECONDS", 0.0)
+    image_processes.shutdown()
+    yield
+    image_processes.shutdown()
 
 
 def _worker_pids(parent: int) -> list[int]:
@@ -159,8 +166,11 @@ def test_recording_runs_the_encoding_in_child_processes(tmp_path):
     env = RecordRLDS(_Cameras(), str(tmp_path / "ds"), image_encoding="jpeg", image_workers=2)
     _run_episodes(env, 1, seed=0)
     env.flush()
-    assert len(_worker_pids(os.getpid())) == 2
-    env.close()
+    workers = _worker_pids(os.getpid())
+    assert len(workers) == 2
+    env.close()  # kept, idle, for the next recording of this process
+    assert _worker_pids(os.getpid()) == workers
+    image_processes.shutdown()
     assert _worker_pids(os.getpid()) == []
 
 
@@ -400,7 +410,7 @@ def test_the_writer_hands_the_queued_episode_to_the_workers_before_writing_the_c
     env = RecordRLDS(_Cameras(), str(path), image_encoding="png", image_workers=2)
     _run_episodes(env, 1, seed=0)
     env.flush()  # the workers are started
-    writer = env._recording.writer.writer
+    writer = env._recording.recorder.writer
     pool = writer.encoder._processes
     events = []
     submit, wait = pool.submit, pool.wait

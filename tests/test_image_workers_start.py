@@ -24,6 +24,14 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(autouse=True)
+def _no_idle_pool():
+    """No test finds processes another one left idle, or leaves any."""
+    image_processes.shutdown()
+    yield
+    image_processes.shutdown()
+
+
 def _recorder(path, image_workers: int = 2) -> RecordRLDS:
     return RecordRLDS(_Cameras(), str(path), image_encoding="png", image_workers=image_workers)
 
@@ -34,7 +42,7 @@ def test_a_recording_that_keeps_up_never_starts_a_worker_process(tmp_path):
         _run_episodes(env, 1, seed=0)
         env.flush()  # the writer is idle again: never behind
         assert _worker_pids(os.getpid()) == []
-    encoder = env._recording.writer.writer.encoder
+    encoder = env._recording.recorder.writer.encoder
     env.close()
     assert encoder._starter is None and not encoder._workers_up.is_set()
     reference = _recorder(tmp_path / "alone", image_workers=0)
@@ -48,7 +56,7 @@ def _fall_behind(env) -> None:
     """Records four episodes while the writer thread is held: they queue up behind it."""
     _run_episodes(env, 1, seed=0)
     env.flush()
-    writer = env._recording.writer.writer
+    writer = env._recording.recorder.writer
     with writer._io_lock:
         _run_episodes(env, 4)
 
@@ -59,7 +67,7 @@ def test_a_writer_behind_on_costly_frames_starts_the_workers_and_keeps_the_bytes
     monkeypatch.setattr(encoding, "START_WORKERS_BEHIND_SECONDS", 1e-9)
     monkeypatch.setattr(encoding, "START_WORKERS_FRAME_SECONDS", 0.0)
     env = _recorder(tmp_path / "ds")
-    encoder = env._recording.writer.writer.encoder
+    encoder = env._recording.recorder.writer.encoder
     _fall_behind(env)
     env.flush()
     assert encoder._starter is not None
@@ -71,6 +79,7 @@ def test_a_writer_behind_on_costly_frames_starts_the_workers_and_keeps_the_bytes
     _run_episodes(env, 2)  # after the workers are up: encoded there
     env.close()
     assert len(submitted) == 2
+    image_processes.shutdown()  # close kept them for the next recording
     assert _worker_pids(os.getpid()) == []
     reference = _recorder(tmp_path / "alone", image_workers=0)
     _run_episodes(reference, 7, seed=0)
@@ -82,7 +91,7 @@ def test_frames_cheaper_than_handing_them_over_stay_on_the_writer_thread(tmp_pat
     monkeypatch.setattr(encoding, "START_WORKERS_BEHIND_SECONDS", 1e-9)
     monkeypatch.setattr(encoding, "START_WORKERS_FRAME_SECONDS", 10.0)  # no frame costs this
     env = _recorder(tmp_path / "ds")
-    encoder = env._recording.writer.writer.encoder
+    encoder = env._recording.recorder.writer.encoder
     _fall_behind(env)
     env.close()
     assert encoder._starter is None and _worker_pids(os.getpid()) == []
@@ -92,10 +101,14 @@ def test_closing_while_the_workers_start_leaves_no_process_behind(tmp_path, monk
     monkeypatch.setattr(encoding, "START_WORKERS_BEHIND_SECONDS", 1e-9)
     monkeypatch.setattr(encoding, "START_WORKERS_FRAME_SECONDS", 0.0)
     env = _recorder(tmp_path / "ds")
-    encoder = env._recording.writer.writer.encoder
+    encoder = env._recording.recorder.writer.encoder
     _fall_behind(env)
     env.close()  # at once: the start may still be under way
     assert encoder._starter is None
+    for thread in threading.enumerate():  # a start under way leaves its processes idle
+        if thread.name == "rlds_writer_start_workers":
+            thread.join(timeout=60)
+    image_processes.shutdown()
     assert _worker_pids(os.getpid()) == []
     assert len(load_episodes(tmp_path / "ds")) == 5
 
@@ -106,7 +119,7 @@ def test_an_episode_finished_while_the_last_one_was_encoded_counts_as_behind(tmp
     monkeypatch.setattr(encoding, "START_WORKERS_BEHIND_SECONDS", 1e-9)
     monkeypatch.setattr(encoding, "START_WORKERS_FRAME_SECONDS", 0.0)
     env = _recorder(tmp_path / "ds")
-    encoder = env._recording.writer.writer.encoder
+    encoder = env._recording.recorder.writer.encoder
     next_queued = threading.Event()
     encode_field = encoder._encode_image_field
 

@@ -62,6 +62,7 @@ from typing import Any
 from rlds_writer import errors
 from rlds_writer.interop import beam_steps as steps
 from rlds_writer.interop import episodes as ep
+from rlds_writer.interop import source_schema
 from rlds_writer.interop.beam_sources import SPLITTERS, Splitter, read_src
 
 __all__ = ["SPLITTERS", "Splitter", "convert"]
@@ -231,7 +232,9 @@ def _finish(work: Path, result: Mapping[str, Any], settings: Mapping[str, Any]) 
     ]
     if got != want:
         raise RuntimeError(f"the Beam workers wrote shards {got}, expected {want}")
-    info = steps.dataset_info(ep.Schema(steps.leaf_tree(plan["tree"]), plan["total"]), settings)
+    info = steps.dataset_info(
+        source_schema.Schema(steps.leaf_tree(plan["tree"]), plan["total"]), settings
+    )
     info.set_file_format(file_adapters.FileFormat.from_value(settings["file_format"]))
     info.write_to_directory(work)
     template = layout.ShardTemplate(

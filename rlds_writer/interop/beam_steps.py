@@ -22,6 +22,7 @@ import numpy as np
 
 from rlds_writer import errors
 from rlds_writer.interop import episodes as ep
+from rlds_writer.interop import source_schema
 from rlds_writer.interop.beam_sources import SPLITTERS
 
 RESULT = ".beam-result.json"
@@ -66,7 +67,7 @@ def leaf_tree(tree: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = leaf_tree(value)
         else:
             dtype, shape, text = value
-            out[key] = ep._Leaf(np.dtype(dtype), tuple(shape), text)  # noqa: SLF001
+            out[key] = source_schema._Leaf(np.dtype(dtype), tuple(shape), text)  # noqa: SLF001
     return out
 
 
@@ -85,8 +86,8 @@ def _merge_trees(into: dict[str, Any], tree: Mapping[str, Any], path: str, where
             raise errors.SpecError(f"{sub}: {now} in {where}, {before} before")
         elif known != value:
             raise errors.SpecError(
-                f"{sub}: {ep._describe_leaf(value)} in {where}, "  # noqa: SLF001
-                f"{ep._describe_leaf(known)} before"  # noqa: SLF001
+                f"{sub}: {source_schema._describe_leaf(value)} in {where}, "  # noqa: SLF001
+                f"{source_schema._describe_leaf(known)} before"  # noqa: SLF001
             )
 
 
@@ -96,7 +97,7 @@ def scan_item(
     """Work item, pass 1: the schema of its episodes (runs on a worker)."""
     index, units = item
     try:
-        schema = ep.Schema()
+        schema = source_schema.Schema()
         for episode in SPLITTERS[source_format].read(src, units, options):
             schema.add(episode)
         return {"index": index, "episodes": schema.num_episodes, "tree": _leaf_json(schema.tree)}
@@ -124,7 +125,7 @@ def make_plan(scans: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[
             total += scan["episodes"]
         if not total:
             raise ValueError(f"{settings['source']}: no episodes found")
-        dataset_info(ep.Schema(tree, total), settings)  # refuses what has no features
+        dataset_info(source_schema.Schema(tree, total), settings)  # refuses what has no features
         per_file = settings["max_episodes_per_file"]
         return {
             "tree": _leaf_json(tree),
@@ -136,12 +137,12 @@ def make_plan(scans: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[
         return {"error": _error(e)}
 
 
-def dataset_info(schema: ep.Schema, settings: Mapping[str, Any]) -> Any:
+def dataset_info(schema: source_schema.Schema, settings: Mapping[str, Any]) -> Any:
     """The `tfds.core.DatasetInfo` the single-process writer builds for this schema."""
     from rlds_writer.store import layout
     from rlds_writer.store.writer import build_dataset_info
 
-    cfg = ep.dataset_config(
+    cfg = source_schema.dataset_config(
         schema,
         settings["name"],
         image_encoding=settings["image_encoding"],
@@ -167,7 +168,7 @@ def _encoder(tree_json: str, settings_json: str) -> tuple[Any, Any]:
     from rlds_writer.store import encoding
 
     tree = leaf_tree(json.loads(tree_json))
-    info = dataset_info(ep.Schema(tree, 0), json.loads(settings_json))
+    info = dataset_info(source_schema.Schema(tree, 0), json.loads(settings_json))
     encoder = encoding.EpisodeEncoder(info.features, image_workers=0)
     return encoder, StepFields(encoder.fields, empty_dicts=encoder.empty_dicts)
 

@@ -37,6 +37,11 @@ COMMON_FLAGS = {
         "--mode",
         "--json",
         "--no-progress",
+        # Apache Beam's pipeline options (cli/commands/_beam.py).
+        "--runner",
+        "--direct_running_mode",
+        "--direct_num_workers",
+        "--beam_pipeline_options",
     ),
     "export": ("-h", "--help", "--to", "--split", "--cut-short", "--json", "--no-progress"),
 }

@@ -12,6 +12,7 @@ from rlds_writer.store import layout
 from rlds_writer.store.dataset import Dataset
 from rlds_writer.store.locate import not_a_dataset
 from rlds_writer.store.locking import DirectoryLock
+from rlds_writer.store.object_path import as_path
 from rlds_writer.store.recovery import RecoveryReport, ShardReport, run_recovery
 
 __all__ = ["RecoveryReport", "ShardReport", "recover"]
@@ -53,7 +54,7 @@ def recover(
     """
     if isinstance(path, Dataset):
         path = path.path
-    path = epath.Path(path)
+    path = as_path(path)
     if not path.is_dir():
         raise not_a_dataset(path)
     if dry_run:

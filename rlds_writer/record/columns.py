@@ -3,7 +3,8 @@
 Scalars go to Python lists (cast at episode end), small fixed-shape rows to
 lists of bytes, text and TFDS-encoded values to lists, and large rows and
 images to recycled chunks of about 8 MB from the recorder's `BufferPool`
-(image chunks in shared memory, where the encoding processes read them).
+(image chunks in shared memory, where the encoding processes read them, once
+those run: until then ordinary memory, cheaper to fault in).
 Every value is checked at the step (`record.values`) and copied: envs often
 reuse their arrays.
 """
@@ -19,7 +20,7 @@ import numpy as np
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.values import INT64_MAX, INT64_MIN, cast_value
-from rlds_writer.store import field_specs
+from rlds_writer.store import field_specs, shared_frames
 from rlds_writer.store.episode_data import BufferPool, ChunkedRows, RowBytes
 
 
@@ -266,7 +267,8 @@ class LargeArrayColumn(_ChecksItself):
     long camera episode); chunks come back from the writer through the pool.
     """
 
-    # Chunks in shared memory, where the image-encoding processes read them.
+    # Chunks in shared memory, where the image-encoding processes read them
+    # (once they run: `shared_frames.wanted`).
     SHARED = False
 
     __slots__ = (
@@ -293,9 +295,12 @@ class LargeArrayColumn(_ChecksItself):
         self._flat = memoryview(chunk).cast("B")
 
     def _take(self) -> np.ndarray:
-        chunk = self._pool.take(self.field.key, self.rows, self.shape, self.dtype, self.SHARED)
+        # Shared memory only once encoding processes run: until then (and for
+        # a recording that never starts them) ordinary memory faults in ~10x cheaper.
+        shared = self.SHARED and shared_frames.wanted()
+        chunk = self._pool.take(self.field.key, self.rows, self.shape, self.dtype, shared)
         # Keep one warm chunk ahead, made off the env thread.
-        self._pool.prefill(self.field.key, self.rows, self.shape, self.dtype, self.SHARED)
+        self._pool.prefill(self.field.key, self.rows, self.shape, self.dtype, shared)
         return chunk
 
     def _append(self, value: Any) -> None:

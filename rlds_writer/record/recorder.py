@@ -40,6 +40,7 @@ from rlds_writer.record.spaces import (
     feature_from_values,
 )
 from rlds_writer.store import field_specs, layout
+from rlds_writer.store.object_path import as_path
 from rlds_writer.store.writer import DatasetWriter, check_mode, close_at_exit
 
 _log = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ class Recorder:
         split: str = "train",
         **writer_kwargs: Any,
     ):
-        self.data_directory = epath.Path(data_directory)
+        self.data_directory = as_path(data_directory)  # local: epath; scheme://: the seam
         self.split = split
         self._make_config = make_config
         self._declared_step = dict(step_metadata_info or {})

@@ -102,14 +102,20 @@ class EpisodeEncoder:
             and any(f.in_steps and f.kind in (PNG, JPEG) for f in self.fields)
             and image_processes.supported()
         ):
+            # Not started yet: `_start_workers_if_behind` starts it, or takes
+            # one an earlier recording of this process left running.
             self._processes = image_processes.ImageProcessPool(image_workers)
         # Set once the processes answer; until then frames are encoded here.
         self._workers_up = threading.Event()
         self._starter: threading.Thread | None = None
+        # Guards the hand-over of a pool started in the background against `close`.
+        self._start_lock = threading.Lock()
+        self._closed = False
         if start_workers_behind is None:
             start_workers_behind = START_WORKERS_BEHIND_SECONDS
         self._start_after = start_workers_behind
         if self._processes is not None and start_workers_behind <= 0:
+            self._processes = image_processes.take_started(image_workers) or self._processes
             self._workers_up.set()  # `submit` starts them at the first image episode
         # Measured seconds per frame encoded here, and how far behind the writer is.
         self._frame_seconds = 0.0
@@ -127,13 +133,21 @@ class EpisodeEncoder:
             )
 
     def close(self) -> None:
-        self._ahead = None
-        if self._starter is not None:
-            self._starter.join()  # a start under way ends before the pool closes
-            self._starter = None
-        if self._processes is not None:
-            self._processes.close()
-            self._processes = None
+        """Ends the encoding; a started pool is kept for the next recording (`give_back`).
+
+        Never waits for worker processes: a start still under way finishes on
+        its own thread, which then leaves the pool for the next recording.
+        """
+        ahead, self._ahead = self._ahead, None
+        with self._start_lock:
+            self._closed = True
+            starting = self._starter is not None and not self._workers_up.is_set()
+            processes, self._processes = self._processes, None
+        self._starter = None
+        if processes is not None and not starting:
+            if ahead is not None:
+                processes.discard(ahead[2])
+            image_processes.give_back(processes)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -225,24 +239,38 @@ class EpisodeEncoder:
             return
         if self._frame_seconds < START_WORKERS_FRAME_SECONDS:
             return
+        running = image_processes.take_started(self._processes.workers)
+        if running is not None:
+            # Processes an earlier recording left: nothing to pay for, use them now.
+            self._processes = running
+            self._workers_up.set()
+            return
         self._behind_seconds += self._frames_in(following) * self._frame_seconds
         if self._behind_seconds < self._start_after:
             return
         self._starter = threading.Thread(
-            target=self._start_workers, name="rlds_writer_start_workers", daemon=True
+            target=self._start_workers,
+            args=(self._processes,),
+            name="rlds_writer_start_workers",
+            daemon=True,
         )
         self._starter.start()
 
-    def _start_workers(self) -> None:
+    def _start_workers(self, processes: image_processes.ImageProcessPool) -> None:
         """Starts the processes and waits for their first answer (on its own thread)."""
         try:
             # One tiny frame per task, two tasks per worker: every worker answers.
-            warm_up = np.zeros((2 * self._processes.workers, 2, 2, 3), np.uint8)
-            self._processes.encode([("png", 0, [warm_up])])
+            warm_up = np.zeros((2 * processes.workers, 2, 2, 3), np.uint8)
+            processes.encode([("png", 0, [warm_up])])
         except image_processes.WorkersLost as e:
             _log.warning("%s; encoding images in the recording process", e)
             return
-        self._workers_up.set()
+        with self._start_lock:
+            if not self._closed:
+                self._workers_up.set()
+                return
+        # The recording closed while they started: they are the next recording's.
+        image_processes.give_back(processes)
 
     def _write_other(
         self,

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.store.shared_frames import shared_empty
+from rlds_writer.store.shared_frames import is_shared, shared_empty
 
 
 class RowBytes:
@@ -110,6 +110,7 @@ class BufferPool:
         self._free: dict[str, list[np.ndarray]] = {}
         self._max = max_per_key
         self._cap: dict[str, int] = {}
+        self._shared: set[str] = set()  # keys that asked for shared buffers
         self._lock = threading.Lock()
 
     def expect(self, key: str, chunks: int) -> None:
@@ -126,12 +127,20 @@ class BufferPool:
         image-encoding processes read them; a key always asks for the same kind.
         """
         with self._lock:
+            if shared:
+                self._shared.add(key)
             free = self._free.get(key)
-            if free:
-                return free.pop()
+            while free:
+                buf = free.pop()
+                if not shared or is_shared(buf):
+                    return buf
         return _new_buffer((capacity,) + shape, dtype, shared)
 
     def give(self, key: str, buf: np.ndarray) -> None:
+        # A key that now asks for shared buffers lets its ordinary ones go
+        # (image chunks made before the encoding processes started).
+        if key in self._shared and not is_shared(buf):
+            return
         with self._lock:
             free = self._free.setdefault(key, [])
             if len(free) < self._cap.get(key, self._max):

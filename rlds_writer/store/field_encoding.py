@@ -213,6 +213,10 @@ def encode_field_parts(field: FieldSpec, values: Any) -> tuple[list[Any], int]:
     if kind == BYTES and field.in_steps:
         if isinstance(values, RowBytes):
             return _row_bytes_parts(values.rows)
+        if isinstance(values, ChunkedRows):
+            # Rows where the recorder copied them: joining the chunks would copy
+            # the whole episode once more (a long episode of large rows).
+            return _fixed_bytes_parts(values)
         return _fixed_bytes_parts(np.asarray(values))
     if kind == TEXT:
         items = [_as_text_bytes(v) for v in values] if field.in_steps else [_as_text_bytes(values)]

@@ -38,7 +38,8 @@ import numpy as np
 from etils import epath
 
 from rlds_writer.errors import DiskFullError, IncompatibleDatasetError
-from rlds_writer.store import names
+from rlds_writer.store import names, storage
+from rlds_writer.store.object_path import as_path
 
 DATASET_INFO = "dataset_info.json"
 FEATURES = "features.json"
@@ -51,7 +52,10 @@ QUARANTINE_PREFIX = ".corrupt-"
 FILEPATH_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}"
 # What TFDS assumes when a split has no filepathTemplate (`tfds build` writes it).
 TFDS_DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
+# The shard formats the layout names (their code: `store.shards.FORMATS`), and
+# what a dataset_info.json without `fileFormat` means (TFDS's default).
 FILE_FORMATS = ("tfrecord", "array_record")
+DEFAULT_FILE_FORMAT = "tfrecord"
 # Episode-level Text field saying why an episode ended: the env terminated or
 # truncated it, or the recorder cut it short (reset or close mid-episode, a
 # refused value, interpreter exit). Recorders declare it unless the user gave a
@@ -190,7 +194,7 @@ class ShardTemplate:
         With a counting template, only files of the count that most files
         agree on are returned (a stale shard of another build is left alone).
         """
-        directory = epath.Path(directory)
+        directory = as_path(directory)
         return {
             i: directory / n for i, n in self.select(p.name for p in directory.iterdir()).items()
         }
@@ -217,13 +221,18 @@ class ShardTemplate:
 def split_templates(info: Mapping[str, Any], where: str = DATASET_INFO) -> dict[str, ShardTemplate]:
     """Returns split name -> `ShardTemplate` of a dataset_info.json dict, checked."""
     name = check_name(info.get("name"), "dataset name", where)
-    file_format = info.get("fileFormat") or "tfrecord"
+    file_format = file_format_of(info)
     out = {}
     for entry in info.get("splits", []):
         split = check_name(entry.get("name"), "split name", where)
         template = entry.get("filepathTemplate") or TFDS_DEFAULT_TEMPLATE
         out[split] = ShardTemplate(template, name, split, file_format)
     return out
+
+
+def file_format_of(info: Mapping[str, Any]) -> str:
+    """The shard format a dataset_info.json dict names (TFDS's default if none)."""
+    return info.get("fileFormat") or DEFAULT_FILE_FORMAT
 
 
 def shard_name(name: str, split: str, file_format: str, index: int) -> str:
@@ -278,7 +287,7 @@ def refuse_symlink(path: epath.PathLike, what: str) -> None:
 
 
 def is_local(path: epath.PathLike) -> bool:
-    return "://" not in os.fspath(path)
+    return not storage.is_remote(path)
 
 
 # Files we create never follow a link and never reuse an existing file: a
@@ -343,14 +352,12 @@ def atomic_file(path: epath.PathLike, fsync: bool = False) -> Iterator[BinaryIO]
 
 def atomic_write_text(path: epath.PathLike, text: str, fsync: bool = False) -> None:
     """Replaces `path` with `text` so that readers see the old or the new file."""
-    path = epath.Path(path)
     if is_local(path):
         with atomic_file(path, fsync=fsync) as f:
             f.write(text.encode("utf-8"))
     else:
-        tmp = temp_path(path)
-        tmp.write_text(text)
-        tmp.rename(path)
+        # Object stores replace an object whole (one PUT): no temporary, no rename.
+        storage.storage_for(path).replace_bytes(os.fspath(path), text.encode("utf-8"))
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -373,12 +380,13 @@ def disk_full_error(directory: epath.PathLike, error: OSError, doing: str) -> Di
 
 
 def read_json(path: epath.PathLike) -> Any:
-    return json.loads(epath.Path(path).read_text())
+    path = os.fspath(path)
+    return json.loads(storage.storage_for(path).read_bytes(path))
 
 
 def holds_dataset(path: epath.PathLike) -> bool:
     """True if the directory holds a dataset (info file or any shard file)."""
-    path = epath.Path(path)
+    path = as_path(path)
     if not path.exists():
         return False
     if (path / DATASET_INFO).exists():

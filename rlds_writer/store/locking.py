@@ -8,10 +8,13 @@ kill, so a dead writer can never keep a directory locked; the file's content
 behind by a dead writer is taken over with a warning.
 
 On remote paths (`gs://`, `s3://`, ...) there is no `flock`: the lock is the
-file's existence, created if absent. A lock whose holder is on this host and
-dead (or whose pid now belongs to another process, told apart by its start
-time) is stale and taken over with a warning. A lock held by a process on
-another host is never taken over: remove the file by hand if that host is gone.
+file's existence, created with the store's conditional create (S3
+`If-None-Match: *`, GCS `ifGenerationMatch=0`; see `store.storage`), so two
+writers racing for it cannot both win; a protocol without one is refused.
+A lock whose holder is on this host and dead (or whose pid now belongs to
+another process, told apart by its start time) is stale and taken over with
+a warning. A lock held by a process on another host is never taken over:
+remove the file by hand if that host is gone.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from typing import Any
 from etils import epath
 
 from rlds_writer.errors import LockedError
-from rlds_writer.store import layout
+from rlds_writer.store import layout, storage
+from rlds_writer.store.object_path import as_path
 
 _log = logging.getLogger(__name__)
 
@@ -106,7 +110,7 @@ def describe_holder(holder: dict[str, Any] | None) -> str:
 
 def read_holder(directory: epath.PathLike) -> dict[str, Any] | None:
     """Returns the content of a directory's lock file, or None if there is none."""
-    path = epath.Path(directory) / layout.LOCK
+    path = as_path(directory) / layout.LOCK
     try:
         if layout.is_local(path):
             # Never read through a link: a crafted lock could point anywhere.
@@ -122,7 +126,7 @@ def read_holder(directory: epath.PathLike) -> dict[str, Any] | None:
 
 def is_locked(directory: epath.PathLike) -> bool:
     """Whether a live process holds the directory's lock (local paths: by `flock`)."""
-    path = epath.Path(directory) / layout.LOCK
+    path = as_path(directory) / layout.LOCK
     if not path.exists():
         return False
     if layout.is_local(path) and fcntl is not None:
@@ -161,7 +165,7 @@ class DirectoryLock:
     """
 
     def __init__(self, directory: epath.PathLike, purpose: str = "write"):
-        self.directory = epath.Path(directory)
+        self.directory = as_path(directory)
         self.path = self.directory / layout.LOCK
         self.purpose = purpose
         self._fd: int | None = None
@@ -297,10 +301,10 @@ class DirectoryLock:
             with os.fdopen(fd, "w") as f:
                 f.write(self._content())
             return True
-        if self.path.exists():
-            return False
-        self.path.write_text(self._content())
-        return True
+        # The store's conditional create (S3 If-None-Match, GCS ifGenerationMatch=0);
+        # a protocol without one refuses (StorageNotSupportedError).
+        path = os.fspath(self.path)
+        return storage.storage_for(path).create_exclusive(path, self._content().encode())
 
     def release(self) -> None:
         """Releases the lock (idempotent) and removes the lock file."""

@@ -35,6 +35,7 @@ from rlds_writer.errors import DatasetExistsError, IncompatibleDatasetError, Mer
 from rlds_writer.store import layout, recovery
 from rlds_writer.store.locate import not_a_dataset
 from rlds_writer.store.locking import DirectoryLock
+from rlds_writer.store.object_path import as_path, copy_file
 
 _log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def writer_directory(root: epath.PathLike, writer_id: int | str) -> epath.Path:
     safe = _WRITER_ID.sub("_", text).strip(".")
     if not safe:
         raise ValueError(f"writer_id {writer_id!r} has no usable character")
-    return epath.Path(root) / f"writer-{safe}"
+    return as_path(root) / f"writer-{safe}"
 
 
 @dataclasses.dataclass
@@ -149,8 +150,8 @@ def merge(
     """
     if not sources:
         raise ValueError("merge needs at least one source directory")
-    dest = epath.Path(dest)
-    source_paths = [epath.Path(s) for s in sources]
+    dest = as_path(dest)
+    source_paths = [as_path(s) for s in sources]
     names = [os.fspath(s) for s in source_paths]
     if len(set(names)) != len(names):
         raise ValueError(f"a source is listed twice: {names}")
@@ -286,8 +287,8 @@ def _check_compatible(read: list[dict[str, Any]]) -> None:
             a, b = first["info"].get(key), other["info"].get(key)
             if a != b:
                 problems.append(f"{where}: {label} {b!r} != {a!r}")
-        fa = first["info"].get("fileFormat", "tfrecord")
-        fb = other["info"].get("fileFormat", "tfrecord")
+        fa = layout.file_format_of(first["info"])
+        fb = layout.file_format_of(other["info"])
         if fa != fb:
             problems.append(f"{where}: file format {fb!r} != {fa!r}")
         problems.extend(
@@ -327,7 +328,7 @@ def _make_plan(sources: list[epath.Path], move: bool) -> dict[str, Any]:
     _check_compatible(read)
     first = read[0]
     name = first["info"]["name"]
-    file_format = first["info"].get("fileFormat", "tfrecord")
+    file_format = layout.file_format_of(first["info"])
     split_names: list[str] = []
     for r in read:
         for split in layout.read_splits(r["info"]):
@@ -404,15 +405,20 @@ def _copy(src: epath.Path, dst: epath.Path) -> None:
             shutil.copyfileobj(inp, out, 1 << 20)
             out.flush()
             os.fsync(out.fileno())
+    elif not layout.is_local(dst):
+        # An object appears only complete (one upload or server-side copy): no
+        # temporary name, and no rename (object stores have none).
+        copy_file(src, dst, overwrite=True)
+        return
     else:
-        src.copy(tmp, overwrite=True)
+        copy_file(src, tmp, overwrite=True)
     tmp.rename(dst)
 
 
 def _execute(plan: dict[str, Any], dest: epath.Path) -> dict[str, int]:
     counts = {"moved": 0, "copied": 0, "done": 0}
     for step in plan["steps"]:
-        src = epath.Path(step["src"])
+        src = as_path(step["src"])
         dst = dest / step["dst"]
         if dst.exists():
             size = dst.stat().length
@@ -429,6 +435,10 @@ def _execute(plan: dict[str, Any], dest: epath.Path) -> dict[str, int]:
             raise MergeError(f"{src} is gone; the merge plan needs it for {dst}")
         if plan["move"]:
             try:
+                if not (layout.is_local(src) and layout.is_local(dst)):
+                    # Object storage has no rename: copy, then delete (the journal
+                    # finishes a move killed between the two).
+                    raise OSError(errno.EXDEV, "not one file system")
                 src.rename(dst)
             except OSError as e:
                 if e.errno != errno.EXDEV:
@@ -458,7 +468,7 @@ def _commit(plan: dict[str, Any], dest: epath.Path) -> None:
 def _remove_sources(plan: dict[str, Any], source_locks: list[Any]) -> None:
     """After a move, deletes what is left of each source (its JSON files)."""
     for source in plan["sources"]:
-        path = epath.Path(source)
+        path = as_path(source)
         if not path.exists():
             continue
         for filename in [layout.DATASET_INFO, *plan["files"], layout.METADATA]:
@@ -467,7 +477,7 @@ def _remove_sources(plan: dict[str, Any], source_locks: list[Any]) -> None:
     for lock in source_locks:
         lock.release()
     for source in plan["sources"]:
-        path = epath.Path(source)
+        path = as_path(source)
         with contextlib.suppress(OSError):
             if path.exists() and not any(path.iterdir()):
                 path.rmdir()

@@ -43,7 +43,7 @@ from typing import Any
 from etils import epath
 
 from rlds_writer.errors import IncompatibleDatasetError, RecoveryError, counted
-from rlds_writer.store import layout, shards, tfrecord
+from rlds_writer.store import layout, shards
 from rlds_writer.store.locate import not_a_dataset
 
 _log = logging.getLogger(__name__)
@@ -160,15 +160,6 @@ def run_recovery(path: epath.Path, dry_run: bool, verify_data: bool) -> Recovery
         raise
 
 
-def _array_record_contents(path: epath.Path) -> tuple[int, int]:
-    """Returns (records, bytes) of an array_record file; raises if it is unreadable."""
-    records = nbytes = 0
-    for record in shards.array_record_records(path):
-        records += 1
-        nbytes += len(record)
-    return records, nbytes
-
-
 class _Recovery:
     """One run of `recover` on one directory."""
 
@@ -198,7 +189,7 @@ class _Recovery:
         except IncompatibleDatasetError as e:
             raise RecoveryError(str(e)) from e
         name = info["name"]
-        file_format = info.get("fileFormat") or "tfrecord"
+        file_format = layout.file_format_of(info)
         new_splits: dict[str, tuple[list[int], int]] = {}
         for split in self._split_names(name, file_format, listed):
             template = templates.get(split) or layout.ShardTemplate(
@@ -325,6 +316,7 @@ class _Recovery:
         self, template: layout.ShardTemplate, listed_lengths: list[int]
     ) -> tuple[list[int], int]:
         split = template.split
+        file_format = shards.adapter(template.file_format)
         files = template.files_on_disk(self.path)
         for file in files.values():
             layout.refuse_symlink(file, "shard file")
@@ -332,12 +324,9 @@ class _Recovery:
         kept: list[tuple[epath.Path, ShardReport]] = []
         for index, file in files.items():
             listed_n = listed_lengths[index] if index < len(listed_lengths) else None
-            if template.file_format == "tfrecord":
-                report = self._recover_tfrecord(
-                    split, file, listed_n, last=index == last_index, full=self.verify_data
-                )
-            else:
-                report = self._recover_array_record(split, file, listed_n)
+            report = self._recover_shard(
+                file_format, split, file, listed_n, last=index == last_index
+            )
             self.shards.append(report)
             if report.records:
                 kept.append((file, report))
@@ -389,106 +378,35 @@ class _Recovery:
         if not self.dry_run:
             self.dir_dirty = True
 
-    def _recover_tfrecord(
-        self, split: str, file: epath.Path, listed_n: int | None, last: bool, full: bool
+    def _recover_shard(
+        self,
+        file_format: shards.FileFormat,
+        split: str,
+        file: Any,
+        listed_n: int | None,
+        last: bool,
     ) -> ShardReport:
-        # Headers only where the listing agrees (a quick check); the last shard,
-        # where a crash leaves its tear, and any disagreement get a full check.
-        scan = tfrecord.scan(file, verify_data=full or last, resync=True)
-        if not (full or last) and (listed_n is None or len(scan.spans) != listed_n):
-            scan = tfrecord.scan(file, verify_data=True, resync=True)
-        report = ShardReport(split, file.name, len(scan.spans), scan.num_bytes, listed_n)
-        if scan.tail_problem:
-            cut = scan.file_size - scan.tail_offset
-            report.detail.append(f"{scan.tail_problem} at byte {scan.tail_offset}, {cut} bytes")
-        for offset, size, reason in scan.dropped:
-            report.detail.append(f"{reason} at byte {offset} ({size} bytes dropped)")
-        if not scan.spans:
-            if scan.file_size:
-                report.detail.append("no complete record")
-            # Only the start of a first record cut short by a crash may be deleted.
-            torn = last and not scan.dropped and (scan.tail_problem or "").startswith("truncated")
-            self._drop_file(file, report, scan.file_size, torn=torn)
+        check = file_format.check(file, listed=listed_n, last=last, full=self.verify_data)
+        report = ShardReport(split, file.name, check.records, check.num_bytes, listed_n)
+        report.detail.extend(check.detail)
+        if not check.records:
+            self._drop_file(file, report, check.file_size, torn=check.removable)
             return report
         if listed_n != report.records:
             report.actions.append("listed")
             self.changed = True
-        # A crash tears only the end of the shard being written (the last one);
-        # anything else is damage, kept aside before the shard is rewritten.
-        crash_tail = last and not scan.dropped and scan.kept_end == scan.tail_offset
-        if scan.dropped or (scan.kept_end < scan.file_size and not crash_tail):
+        if check.rewrite:
             report.actions.append("rewritten")
             self.changed = True
             if not self.dry_run:
-                self._rewrite_tfrecord(file, scan, report)
-        elif scan.kept_end < scan.file_size:
+                kept = file_format.rewrite(file, check)
+                report.detail.append(f"original kept as {kept}")
+                self.dir_dirty = True
+        elif check.cut_to is not None:
             report.actions.append("truncated")
             self.changed = True
             if not self.dry_run:
-                _truncate(file, scan.kept_end)
+                file_format.cut(file, check.cut_to)
         if not report.actions:
             report.actions.append("ok")
         return report
-
-    def _rewrite_tfrecord(self, file: epath.Path, scan: tfrecord.Scan, report: ShardReport) -> None:
-        tmp = file.parent / f".{file.name}.recover-tmp"
-        try:
-            # A fixed name: a leftover (or planted link) there is removed, never written through.
-            if layout.is_local(tmp):
-                dst_file = os.fdopen(layout.create_exclusive(tmp, replace_stale=True), "wb")
-            else:
-                dst_file = tmp.open("wb")
-            with file.open("rb") as src, dst_file as dst:
-                for offset, length in scan.spans:
-                    src.seek(offset)
-                    dst.write(src.read(length + tfrecord.FRAMING))
-            layout.fsync_file(tmp)
-        except BaseException:
-            # The original is untouched; do not leave a partial copy filling the disk.
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
-        keep = file.parent / layout.quarantine_name(file.name)
-        if layout.is_local(file):
-            os.link(file, keep)
-        else:
-            file.copy(keep)
-        report.detail.append(f"original kept as {keep.name}")
-        tmp.replace(file)
-        self.dir_dirty = True
-
-    def _recover_array_record(
-        self, split: str, file: epath.Path, listed_n: int | None
-    ) -> ShardReport:
-        size = file.stat().length
-        try:
-            records, nbytes = _array_record_contents(file) if size else (0, 0)
-            problem = None
-        except Exception as e:  # noqa: BLE001 - a torn file raises many kinds
-            records, nbytes, problem = 0, 0, f"unreadable: {e}"
-        report = ShardReport(split, file.name, records, nbytes, listed_n)
-        if problem:
-            report.detail.append(problem)
-        if not records:
-            self._drop_file(file, report, size)
-            return report
-        if listed_n != records:
-            report.actions.append("listed")
-            self.changed = True
-        else:
-            report.actions.append("ok")
-        return report
-
-
-def _truncate(path: epath.Path, size: int) -> None:
-    if layout.is_local(path):
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
-        try:
-            os.ftruncate(fd, size)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    else:
-        with path.open("rb") as f:
-            data = f.read(size)
-        path.write_bytes(data)

@@ -14,6 +14,9 @@ huge pages here, so a new chunk's first touch costs about 4x that of ordinary
 memory: chunks are recycled (`BufferPool`) and made ahead, pages populated, on
 a background thread. Where `memfd_create` is missing (not Linux),
 `shared_empty` returns ordinary arrays and encoding stays in this process.
+Image columns take shared chunks only once image processes have started in the
+process (`want`/`wanted`): a recording that never starts them keeps its frames
+in ordinary memory, which is cheaper to fault in.
 """
 
 from __future__ import annotations
@@ -75,7 +78,11 @@ class Arena:
         arr = np.frombuffer(view, dtype, count).reshape(shape)
         key = id(view)
         self._slices[key] = (weakref.ref(view), offset, arr.ctypes.data)
-        weakref.finalize(view, self._release, key, offset, length)
+        release = weakref.finalize(view, self._release, key, offset, length)
+        # Not at exit: `finalize`'s exit hook runs before the recorder's, which
+        # still encodes the open episodes from these slices (the file goes
+        # with the process anyway).
+        release.atexit = False
         return arr
 
     def _release(self, key: int, offset: int, length: int) -> None:
@@ -122,6 +129,43 @@ def arena() -> Arena | None:
             except OSError:
                 return None
         return _arena
+
+
+# How many started pools of image-encoding processes this process has (and
+# its pid: a forked child has none). While there are none, image columns keep
+# their frames in ordinary memory, whose first touch costs a tenth of shared
+# memory's (benchmarks/REPORT.md, "Where the time goes"), so a recording that
+# never starts a process pays nothing for them.
+_users = 0
+_users_pid: int | None = None
+
+
+def wanted() -> bool:
+    """Whether frames should go to shared memory: image processes run in this process."""
+    return _users > 0 and _users_pid == os.getpid()
+
+
+def want() -> None:
+    """A pool of image processes started: image chunks made from now on are shared."""
+    global _users, _users_pid
+    with _arena_lock:
+        if _users_pid != os.getpid():
+            _users, _users_pid = 0, os.getpid()
+        _users += 1
+
+
+def unwant() -> None:
+    """A pool that called `want` closed."""
+    global _users
+    with _arena_lock:
+        if _users_pid == os.getpid() and _users > 0:
+            _users -= 1
+
+
+def is_shared(arr: np.ndarray) -> bool:
+    """Whether `arr` lies in this process's arena."""
+    shared = _arena if _arena is not None and _arena.pid == os.getpid() else None
+    return shared is not None and shared.locate(arr) is not None
 
 
 def shared_empty(shape: tuple[int, ...], dtype: Any, populate: bool = False) -> np.ndarray:

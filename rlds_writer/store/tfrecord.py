@@ -202,13 +202,25 @@ def scan(path: str | os.PathLike, verify_data: bool = True, resync: bool = False
     the bytes in between, and goes on, so one flipped bit costs one record.
 
     Args:
-      path: a local file (opened without following symbolic links).
+      path: a local file (opened without following symbolic links) or an
+        object (`s3://...`: read with range requests through the storage
+        seam; without `verify_data` only the 12-byte headers are fetched).
       verify_data: check every data CRC (without it only headers are checked).
       resync: resynchronise after a bad header (see above).
 
     Returns:
       A `Scan`.
     """
+    from rlds_writer.store import storage
+
+    if storage.is_remote(path):
+        remote = storage.storage_for(path).open_random(os.fspath(path))
+        try:
+            if remote.size == 0:
+                return Scan([], 0, None, 0, [])
+            return _scan(_RangeBuffer(remote), remote.size, verify_data, resync)
+        finally:
+            remote.close()
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     try:
         size = os.fstat(fd).st_size
@@ -220,6 +232,28 @@ def scan(path: str | os.PathLike, verify_data: bool = True, resync: bool = False
         os.close(fd)
 
 
+class _RangeBuffer:
+    """The slicing and `find` that `_scan` uses, over a storage `RandomAccess`."""
+
+    _CHUNK = 1 << 20
+
+    def __init__(self, remote: Any):
+        self._remote = remote
+
+    def __getitem__(self, span: slice) -> bytes:
+        return self._remote.read_at(span.start, span.stop - span.start)
+
+    def find(self, tag: bytes, start: int, end: int) -> int:
+        pos = start
+        while pos < end:
+            stop = min(end, pos + self._CHUNK + len(tag) - 1)
+            found = self._remote.read_at(pos, stop - pos).find(tag)
+            if found >= 0:
+                return pos + found
+            pos += self._CHUNK
+        return -1
+
+
 def _scan(buf: Any, size: int, verify_data: bool, resync: bool) -> Scan:
     def read_at(offset: int, n: int) -> bytes:
         return buf[offset : offset + n]
@@ -228,7 +262,16 @@ def _scan(buf: Any, size: int, verify_data: bool, resync: bool) -> Scan:
     dropped: list[tuple[int, int, str]] = []
     offset = 0
     while offset < size:
-        data, nxt, problem = read_record(read_at, offset, size, verify_data)
+        if not verify_data:
+            # Headers only: a remote shard is then never read past its frames.
+            length, nxt, problem = _read_frame(read_at, offset, size)
+            if problem is None:
+                spans.append((offset, length))
+                offset = nxt
+                continue
+            data = None
+        else:
+            data, nxt, problem = read_record(read_at, offset, size, verify_data)
         if problem is None:
             spans.append((offset, len(data)))
             offset = nxt
@@ -243,6 +286,20 @@ def _scan(buf: Any, size: int, verify_data: bool, resync: bool) -> Scan:
         dropped.append((offset, found - offset, problem))
         offset = found
     return Scan(spans, size, None, size, dropped)
+
+
+def _read_frame(read_at: Any, offset: int, file_size: int) -> tuple[int, int, str | None]:
+    """(data length, next offset, problem) from a record's header alone."""
+    header = read_at(offset, HEADER_SIZE)
+    if len(header) < HEADER_SIZE:
+        return 0, -1, "truncated record header" if header else "unexpected end of file"
+    length = parse_header(header)
+    if length is None:
+        return 0, -1, "length CRC mismatch (garbage or torn header)"
+    end = offset + FRAMING + length
+    if end > file_size:
+        return 0, -1, f"truncated record (needs {FRAMING + length} bytes, has {file_size - offset})"
+    return length, end, None
 
 
 def _next_record(buf: Any, read_at: Any, start: int, size: int) -> int | None:

@@ -38,6 +38,7 @@ from rlds_writer.errors import (
 from rlds_writer.store import encoding, field_specs, layout, recovery, shards
 from rlds_writer.store.episode_data import Episode
 from rlds_writer.store.locking import DirectoryLock
+from rlds_writer.store.object_path import as_path
 
 _log = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ class DatasetWriter:
         version: str = "0.0.1",
         split: str = "train",
         max_episodes_per_file: int = 1000,
-        file_format: str = "tfrecord",
+        file_format: str = layout.DEFAULT_FILE_FORMAT,
         mode: str = "error",
         metadata: Mapping[str, Any] | None = None,
         fsync: bool = False,
@@ -207,7 +208,7 @@ class DatasetWriter:
             )
         if max_episodes_per_file < 1:
             raise ValueError(f"max_episodes_per_file must be >= 1, got {max_episodes_per_file}")
-        self.path = epath.Path(data_directory)
+        self.path = as_path(data_directory)
         self.name = name or getattr(ds_config, "name", None) or "rlds_dataset"
         self.version = version
         self.default_split = split
@@ -286,10 +287,26 @@ class DatasetWriter:
         from tensorflow_datasets.core import file_adapters
 
         self.info.set_file_format(file_adapters.FileFormat.from_value(self.file_format))
-        self.info.write_to_directory(self.path)
+        if layout.is_local(self.path):
+            self.info.write_to_directory(self.path)
+        else:
+            self._write_info_remotely()
         self._info_json = layout.read_json(self.path / layout.DATASET_INFO)
         self._templates = {}
         self._commit_splits({self.default_split: _SplitState(self.default_split, [], 0)})
+
+    def _write_info_remotely(self) -> None:
+        """TFDS's files, made in a local directory and uploaded (TFDS would write
+        through TensorFlow's file system and rename); dataset_info.json last."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="rlds_writer-info-") as tmp:
+            self.info.write_to_directory(tmp)
+            names = sorted(os.listdir(tmp), key=lambda n: n == layout.DATASET_INFO)
+            for name in names:
+                with open(os.path.join(tmp, name), "rb") as f:
+                    data = f.read()
+                (self.path / name).write_bytes(data)
 
     def _open_for_append(self) -> dict[str, _SplitState]:
         # Headers of every record are checked; data CRCs only in each split's last
@@ -305,7 +322,7 @@ class DatasetWriter:
         problems = []
         if existing.get("name") != self.name:
             problems.append(f"name: dataset has {existing.get('name')!r}, writer has {self.name!r}")
-        fmt = existing.get("fileFormat", "tfrecord")
+        fmt = layout.file_format_of(existing)
         if fmt != self.file_format:
             problems.append(f"file_format: dataset has {fmt!r}, writer has {self.file_format!r}")
         templates = layout.split_templates(existing)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from rlds_writer.errors import MissingDependencyError, RLDSWriterError
-from rlds_writer.store import storage
+from rlds_writer.store import storage, storage_remote
 from rlds_writer.store.storage import (
     FsspecStorage,
     LocalStorage,
@@ -153,11 +153,11 @@ def test_protocol_without_conditional_create_refuses_a_lock():
 def test_remote_random_access_reads_ranges_not_the_object(s3_bucket):
     fs = storage_for(s3_bucket.url)
     big = s3_bucket.path("big")
-    data = os.urandom(24 * storage.REMOTE_BLOCK_SIZE)
+    data = os.urandom(24 * storage_remote.REMOTE_BLOCK_SIZE)
     fs.replace_bytes(big, data)
     with fs.open_random(big) as f:
         assert f.read_at(5, 10) == data[5:15]
-        far = 20 * storage.REMOTE_BLOCK_SIZE + 7
+        far = 20 * storage_remote.REMOTE_BLOCK_SIZE + 7
         assert f.read_at(far, 100) == data[far : far + 100]
         assert f.read_at(5, 10) == data[5:15]
         assert f.blocks_fetched == 2
