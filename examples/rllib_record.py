@@ -8,9 +8,10 @@ this script then loads with `tfds.builder_from_directory`. With `--keep` the
 runner subdirectories stay as they are and are read with
 `tfds.builder_from_directories`.
 
-On a Ray cluster, start the script on the head node with `--address auto`
-and an `--output` every node can write: `gs://bucket/run`, `s3://bucket/run`
-or an NFS mount (see docs/gymnasium_rllib.md).
+On a Ray cluster, start the script on the head node with `--address auto`;
+`--output` is a directory of the head node (runners on other nodes ship
+their shards to it through Ray) or an NFS mount (see
+docs/gymnasium_rllib.md, "On a Ray cluster").
 """
 
 from __future__ import annotations

@@ -172,6 +172,10 @@ class MergeError(RLDSWriterError):
     """A merge cannot go on (an unfinished merge of other sources, a vanished shard)."""
 
 
+class EpisodesLostError(RLDSWriterError, RuntimeError):
+    """Episodes a recorder's runners finished are missing from the dataset they were bound for."""
+
+
 class NotADatasetError(RLDSWriterError, FileNotFoundError):
     """A path given as a dataset is not one (`store.locate.require_dataset` words it).
 

@@ -6,7 +6,7 @@
         PPOConfig()
         .environment("CartPole-v1")
         .callbacks(RLDSRecorder.with_options(
-            output_root="/data/cartpole_run",       # or gs://..., s3://..., NFS
+            output_root="/data/cartpole_run",       # the driver's disk, or NFS
             info_keys=["station"],                  # env `info` entries -> step metadata
             model_outputs=["action_dist_inputs", "action_logp"],
         ))
@@ -15,34 +15,32 @@
     algo.train()
     algo.stop()   # closes every runner's writer and merges into <root>/merged
 
-How it works:
+How it works (details in the modules named):
 
-* Every EnvRunner actor (training and evaluation) owns one writer on its own
+* Every EnvRunner (training and evaluation) writes one dataset on its own
   subdirectory of `output_root` (`rlds_writer.store.writer_directory`:
-  `writer-00001`, `writer-eval-00000`, ...). Training runners write split
-  `train`, evaluation runners split `eval`.
-* An episode is written once, whole, in `on_episode_end`. An episode longer
-  than `rollout_fragment_length` reaches the learner in chunks over several
-  `sample()` calls; the recorder copies each unfinished chunk in
-  `on_sample_end` (before a local learner's connectors can change it in
-  place), checks the copies against `prev_episode_chunks`, and joins them
-  with the final chunk. Episodes still running when a runner dies or the
-  algorithm stops are not recorded.
-* Each episode's metadata holds RLlib's episode id (`episode_id`) and the
-  runner's `worker_index`.
-* At the end of each `sample()` the writer is flushed (every finished episode
-  is on disk and listed) and its counters are logged through the runner's
-  `MetricsLogger` as lifetime sums with throughput: `algo.train()` results
-  show them under `env_runners/rlds_writer/...`.
-* `algo.stop()` closes every runner's writer and, if `merge=True` (default),
-  merges the runner subdirectories into `<output_root>/merged`. With
-  `merge=False` read them with `tfds.builder_from_directories`.
+  `writer-00001`, `writer-eval-00000`, ...;
+  splits `train` and `eval`); multi-agent runs one per module
+  (`<root>/<module_id>/writer-00001`, `rllib_multiagent.py`).
+* An episode is written once, whole, in `on_episode_end`, joined from the
+  copies of its chunks (`rllib_chunks.py`); episodes still running when a
+  runner dies or the algorithm stops are not recorded. Its metadata holds
+  RLlib's `episode_id` and the runner's `worker_index`.
+* At the end of each `sample()` the writer is flushed and its counters are
+  logged as lifetime sums (`env_runners/rlds_writer/...` in the results).
+  A runner whose node does not see the driver's output root (a Ray cluster
+  without a shared file system) then ships its closed shards through Ray to
+  an actor on the driver's node (`rllib_delivery.py`, `rllib_sink.py`), and
+  every runner reports the episodes it finished.
+* `algo.stop()` closes every runner's writer, checks that the runner
+  directories hold every reported episode, merges them into
+  `<output_root>/merged` (`rllib_directories.py`) and checks the merged
+  dataset; a missing episode raises `EpisodesLostError` naming the runner
+  and its node. With `merge=False` read the runner directories with
+  `tfds.builder_from_directories`.
 * A restarted runner (`restart_failed_env_runners`) reopens its
-  subdirectory in append mode; the killed runner loses only the episodes it
-  had not finished.
-* Multi-agent episodes (`MultiAgentEnv`): one RLDS episode per agent per env
-  episode, one dataset per RLlib module, `<root>/<module_id>/writer-00001`,
-  merged into `<root>/merged/<module_id>` (see `record/rllib_multiagent.py`).
+  subdirectory in append mode (or, shipping, starts a new one); the killed
+  runner loses only the episodes it had not finished.
 """
 
 from __future__ import annotations
@@ -54,115 +52,37 @@ from typing import Any
 import numpy as np
 from etils import epath
 
-from rlds_writer.errors import DatasetExistsError, LockedError
+from rlds_writer.record import rllib_delivery as delivery_lib
 from rlds_writer.record import rllib_multiagent as multi
-from rlds_writer.record import spaces as spaces_lib
+from rlds_writer.record import rllib_sink
 from rlds_writer.record.rllib_chunks import ChunkWriter, extract, log_lifetime_sum, make_recorder
-from rlds_writer.store import layout
-from rlds_writer.store.locking import DirectoryLock
-from rlds_writer.store.merge import merge as merge_directories
-from rlds_writer.store.merge import writer_directory
+from rlds_writer.record.rllib_directories import (
+    free_directory,
+    merge_runner_datasets,
+    merged_directory,
+    prepare_output_root,
+    recorded_episode_counts,
+    runner_directories,
+)
+from rlds_writer.record.rllib_options import DEFAULTS, checked_options
+from rlds_writer.record.rllib_tf import keep_tf2_behavior
 
 module_runner_directories = multi.module_runner_directories
-
-
-def _keep_tf2_behavior() -> None:
-    """Keeps TensorFlow in TF2 (eager) mode under RLlib.
-
-    RLlib's `try_import_tf` switches TensorFlow to TF1 graph mode
-    (`disable_v2_behavior`) when it is the first to import it, and TFDS then
-    cannot read datasets in that process. Importing TensorFlow first avoids
-    that; if RLlib came first, TF2 behavior is switched back on (RLlib's new
-    API stack runs on torch and does not need TF1 mode).
-    """
-    import tensorflow as tf
-
-    if not tf.executing_eagerly():
-        tf.compat.v1.enable_v2_behavior()
-
-
-_keep_tf2_behavior()
+keep_tf2_behavior()
 
 from ray.rllib.callbacks.callbacks import RLlibCallback  # noqa: E402
 
 _log = logging.getLogger(__name__)
 
 METRICS_KEY = "rlds_writer"
-MERGED = "merged"
-
-_DEFAULTS: dict[str, Any] = {
-    "output_root": None,
-    "name": "rlds_dataset",
-    "info_keys": (),
-    "info_defaults": None,
-    "model_outputs": (),
-    "step_metadata_info": None,
-    "episode_fn": None,
-    "episode_metadata_info": None,
-    "discount": False,
-    "observation_info": None,
-    "action_info": None,
-    "reward_info": None,
-    "image_encoding": spaces_lib.DEFAULT_IMAGE_ENCODING,
-    "jpeg_quality": spaces_lib.DEFAULT_JPEG_QUALITY,
-    "train_split": "train",
-    "eval_split": "eval",
-    "record_evaluation": True,
-    "mode": "error",
-    "merge": True,
-    "merged_directory": None,
-    "move_on_merge": True,
-    "flush_on_sample_end": True,
-    "writer_kwargs": None,
-}
-
-
-def _is_writer_directory(path: epath.Path) -> bool:
-    return path.name.startswith("writer-") and (path / "features.json").exists()
-
-
-def runner_directories(output_root: epath.PathLike) -> list[epath.Path]:
-    """The per-runner dataset directories under `output_root`, sorted by name."""
-    root = epath.Path(output_root)
-    if not root.exists():
-        return []
-    return sorted((p for p in root.iterdir() if _is_writer_directory(p)), key=lambda p: p.name)
 
 
 class RLDSRecorder(RLlibCallback):
     """An `RLlibCallback` recording every EnvRunner's episodes as RLDS.
 
     Configure it with `RLDSRecorder.with_options(...)` (or a subclass setting
-    `options`) and pass the result to `config.callbacks(...)`. Options:
-
-    * `output_root`: directory holding the runner subdirectories (local, NFS,
-      or any `etils.epath` path such as `gs://bucket/run`). Required.
-    * `name`: dataset name.
-    * `info_keys`, `info_defaults`: env `info` entries stored as step
-      metadata (the reset `info` belongs to step 0); a missing key raises
-      unless it has a default.
-    * `model_outputs`: keys of RLlib's `extra_model_outputs` stored as step
-      metadata (e.g. `action_dist_inputs`, `action_logp`, `vf_preds`). They
-      belong to the step whose action they produced; the final step (and a
-      step where the module did not return the key) holds zeros.
-    * `step_metadata_info`, `episode_metadata_info`: declared features (the
-      others are inferred from each runner's first episode).
-    * `episode_fn(data) -> dict | None`: extra episode metadata computed from
-      the joined episode: `data` has `id`, `observations`, `actions`,
-      `rewards`, `infos`, `terminated`, `truncated`, `worker_index`.
-    * `discount`, `observation_info`, `action_info`, `reward_info`,
-      `image_encoding`, `jpeg_quality`: as for the Gymnasium wrappers.
-    * `train_split`, `eval_split`, `record_evaluation`.
-    * `mode`: `error` (refuse an output root that already holds runner
-      datasets), `overwrite` (delete them first) or `append`.
-    * `merge`: merge the runner subdirectories at `algo.stop()` (or
-      `finish_recording`) into `merged_directory` (default
-      `<output_root>/merged`); `move_on_merge` moves the shards instead of
-      copying them and removes the subdirectories.
-    * `flush_on_sample_end`: flush at the end of every `sample()` so that a
-      killed runner loses only its unfinished episodes.
-    * `writer_kwargs`: `DatasetWriter` arguments (`max_episodes_per_file`,
-      `file_format`, `fsync`, ...).
+    `options`) and pass the result to `config.callbacks(...)`. The options are
+    listed in `record/rllib_options.py`.
 
     Multi-agent runs record one episode per agent into one dataset per
     module (`record/rllib_multiagent.py`); every option applies per agent
@@ -174,23 +94,12 @@ class RLDSRecorder(RLlibCallback):
     @classmethod
     def with_options(cls, output_root: epath.PathLike, **options: Any) -> type[RLDSRecorder]:
         """Returns a subclass configured with `options` (see the class doc)."""
-        unknown = sorted(set(options) - set(_DEFAULTS))
-        if unknown:
-            raise TypeError(f"unknown RLDSRecorder options {unknown}; known: {sorted(_DEFAULTS)}")
-        merged = {**_DEFAULTS, **dict(cls.options), **options, "output_root": str(output_root)}
-        if merged["mode"] not in ("error", "overwrite", "append"):
-            raise ValueError(f"mode must be error, overwrite or append, got {merged['mode']!r}")
-        if merged["mode"] == "append" and merged["merge"]:
-            raise ValueError(
-                "mode='append' with merge=True is not supported (the merged dataset already "
-                "exists); use merge=False and read the runner directories with "
-                "tfds.builder_from_directories"
-            )
+        merged = checked_options(cls.options, output_root, options)
         return type(cls.__name__, (cls,), {"options": merged, "__module__": cls.__module__})
 
     def __init__(self) -> None:
         super().__init__()
-        self._opts = {**_DEFAULTS, **dict(self.options)}
+        self._opts = {**DEFAULTS, **dict(self.options)}
         if not self._opts["output_root"]:
             raise ValueError(
                 "RLDSRecorder needs an output_root: pass RLDSRecorder.with_options(output_root=...)"
@@ -203,79 +112,80 @@ class RLDSRecorder(RLlibCallback):
         self._logged = {"episodes": 0, "steps": 0, "bytes": 0}
         self._pending: dict[str, list[dict[str, Any]]] = {}  # id -> copied chunks
         self._stopped = False  # driver: merged already
+        self._sink: Any = None  # driver: the EpisodeSink actor
         self._closed = False  # runner: writer closed, record no more
+        self._delivery: delivery_lib.RunnerDelivery | None = None  # runner
 
     # -------------------------------------------------- algorithm (driver)
 
     def on_algorithm_init(
         self, *, algorithm: Any, metrics_logger: Any = None, **kwargs: Any
     ) -> None:
-        root = epath.Path(self._opts["output_root"])
         config = getattr(algorithm, "config", None)
         if config is not None and getattr(config, "is_multi_agent", False):
             for module_id in config.policies or {}:
                 multi.check_module_id(module_id)  # before any runner records
-        existing = runner_directories(root) + [
-            p for dirs in multi.module_runner_directories(root).values() for p in dirs
-        ]
-        merged = self._merged_directory()
-        merged_sets = _datasets_in(merged)
-        if self._opts["mode"] == "error" and (existing or merged_sets):
-            names = [str(p.relative_to(root)) for p in existing] + [str(p) for p in merged_sets]
-            raise DatasetExistsError(
-                f"{root} already holds recorded datasets ({', '.join(names)}); pass "
-                "mode='overwrite' to replace them or mode='append' (with merge=False)"
-            )
-        if self._opts["mode"] == "overwrite":
-            for path in existing:
-                path.rmtree()
-            if merged.exists():
-                merged.rmtree()
-        root.mkdir(parents=True, exist_ok=True)
-        # Close the runners' writers and merge when the algorithm stops.
+        root = epath.Path(self._opts["output_root"])
+        rllib_sink.refuse_object_store_on_a_cluster(root)
+        prepare_output_root(self._opts)
+        self._sink = rllib_sink.start_driver_sink(root, self._opts)
+        # Close the runners' writers, check and merge when the algorithm stops.
         original_cleanup = algorithm.cleanup
 
         def cleanup() -> None:
             original_cleanup()
-            if self._opts["merge"] and not self._stopped:
-                self._stopped = True
-                self.merge_runner_datasets()
+            try:
+                if not self._stopped:
+                    self._stopped = True
+                    self._finish(self._opts["merge"])
+            finally:
+                self._stop_sink()
 
         algorithm.cleanup = cleanup
 
-    def _merged_directory(self) -> epath.Path:
-        return epath.Path(
-            self._opts["merged_directory"] or epath.Path(self._opts["output_root"]) / MERGED
-        )
+    def _reports(self) -> dict[str, dict[str, Any]]:
+        """Every runner's report (episodes finished per directory), from the sink."""
+        if self._sink is None:
+            return {}
+        import ray
+
+        return ray.get(self._sink.finish.remote())
+
+    def _finish(self, merge: bool) -> Any:
+        """Checks every runner's episodes reached the driver's node, then merges (and checks)."""
+        reports = self._reports()
+        delivery_lib.check_delivered(self._opts["output_root"], reports)
+        if not merge:
+            return None
+        result = merge_runner_datasets(self._opts)
+        if result is not None:
+            delivery_lib.check_merged(
+                merged_directory(self._opts), reports, per_module=isinstance(result, dict)
+            )
+        return result
+
+    def _stop_sink(self) -> None:
+        sink, self._sink = self._sink, None
+        if sink is not None:
+            import ray
+
+            ray.kill(sink)
 
     def merge_runner_datasets(self) -> Any:
-        """Merges the runner subdirectories into the merged directory.
+        """Checks the runners' episodes and merges their directories into the merged one.
 
         Multi-agent recordings merge each module's runner directories into
         `<merged directory>/<module_id>`.
 
         Returns:
-          The `rlds_writer.store.MergeReport` (multi-agent: module id -> report), or
-          None if nothing was recorded.
+          The `rlds_writer.store.MergeReport` (multi-agent: module id ->
+          report), or None if nothing was recorded.
+
+        Raises:
+          EpisodesLostError: a runner directory (before the merge) or the
+            merged dataset (after it) lacks episodes the runners finished.
         """
-        root = epath.Path(self._opts["output_root"])
-        move = self._opts["move_on_merge"]
-        modules = multi.module_runner_directories(root)
-        if modules:
-            reports = {}
-            for module_id, sources in modules.items():
-                reports[module_id] = merge_directories(
-                    sources, self._merged_directory() / module_id, move=move
-                )
-                module_root = root / module_id
-                if move and module_root.exists() and not any(module_root.iterdir()):
-                    module_root.rmdir()
-            return reports
-        sources = runner_directories(root)
-        if not sources:
-            _log.warning("no episode was recorded under %s; nothing to merge", root)
-            return None
-        return merge_directories(sources, self._merged_directory(), move=move)
+        return self._finish(True)
 
     # ------------------------------------------------------------ EnvRunner
 
@@ -290,6 +200,11 @@ class RLDSRecorder(RLlibCallback):
         self._worker_index = index
         self._split = self._opts["eval_split"] if in_eval else self._opts["train_split"]
         base = f"eval-{index:05d}" if in_eval else f"{index:05d}"
+        # Straight into the output root, or staged here and shipped to the driver's node.
+        self._delivery = delivery_lib.RunnerDelivery.connect(
+            self._opts["output_root"], index, self._split
+        )
+        root = self._delivery.local_root
         if multi_agent:
             if getattr(env_runner.config, "episode_lookback_horizon", 1) < 1:
                 # RLlib's own chunks then lose the step of an action still waiting
@@ -299,10 +214,10 @@ class RLDSRecorder(RLlibCallback):
                     "without the step cut at a chunk boundary; keep RLlib's default of 1"
                 )
             # One directory per module, made when its first agent episode ends.
-            name = multi.free_writer_name(epath.Path(self._opts["output_root"]), base)
-            self._writer = multi.MultiAgentRecording(self._opts, name, index, self._split)
+            name = multi.free_writer_name(root, base)
+            self._writer = multi.MultiAgentRecording(self._opts, name, index, self._split, root)
         else:
-            directory = self._free_directory(base)
+            directory = free_directory(root, base)
             self._writer = self._make_writer(env_runner, directory, index)
         # Close the writer when RLlib stops this runner (algo.stop()).
         original_stop = env_runner.stop
@@ -315,28 +230,6 @@ class RLDSRecorder(RLlibCallback):
 
         env_runner.stop = stop
         return self._writer
-
-    def _free_directory(self, base: str) -> epath.Path:
-        """The runner's directory, or a numbered sibling if a live writer holds it.
-
-        A restarted runner reuses its predecessor's directory (the dead
-        writer's lock is released by the kernel). On object stores a lock of
-        a runner on another host cannot be taken over, so a new directory
-        (`writer-00001.1`, ...) is used instead.
-        """
-
-        root = self._opts["output_root"]
-        for attempt in range(100):
-            directory = writer_directory(root, base if attempt == 0 else f"{base}.{attempt}")
-            directory.mkdir(parents=True, exist_ok=True)
-            lock = DirectoryLock(directory)
-            try:
-                lock.acquire()
-            except LockedError:
-                continue
-            lock.release()
-            return directory
-        raise RuntimeError(f"no free writer directory for runner {base} under {root}")
 
     def _make_writer(self, env_runner: Any, directory: epath.Path, index: int) -> ChunkWriter:
         env = env_runner.env
@@ -353,7 +246,7 @@ class RLDSRecorder(RLlibCallback):
             {"episode_id": tfds.features.Text(), "worker_index": tfds.features.Scalar(np.int64)},
             {"source": "rlds_writer.record.rllib", "worker_index": index},
         )
-        return ChunkWriter(recorder, obs_space, act_space, self._opts, self._split)
+        return ChunkWriter(recorder, obs_space, act_space, self._opts, self._split, directory)
 
     def on_episode_end(
         self,
@@ -419,6 +312,7 @@ class RLDSRecorder(RLlibCallback):
             return
         if self._opts["flush_on_sample_end"]:
             self._writer.flush()
+            self._deliver()
         if metrics_logger is not None:
             self._log_metrics(metrics_logger)
 
@@ -441,6 +335,12 @@ class RLDSRecorder(RLlibCallback):
         self._closed = True
         if self._writer is not None:
             self._writer.close()
+            self._deliver(final=True)
+
+    def _deliver(self, final: bool = False) -> None:
+        """Ships what the last flush closed (if this node ships) and reports the count."""
+        if self._delivery is not None and self._writer is not None:
+            self._delivery.deliver(self._writer.datasets(), final=final)
 
 
 def _close_runner_recorders(env_runner: Any) -> int:
@@ -466,17 +366,15 @@ def finish_recording(algorithm: Any, *, merge: bool | None = None) -> Any:
     Returns:
       The `MergeReport` if merged, else the list of runner directories
       (multi-agent: module id -> `MergeReport` or -> runner directories).
+
+    Raises:
+      EpisodesLostError: episodes the runners finished are missing.
     """
-    recorders = [
-        c
-        for c in (
-            algorithm.callbacks if isinstance(algorithm.callbacks, list) else [algorithm.callbacks]
-        )
-        if isinstance(c, RLDSRecorder)
-    ]
-    if not recorders:
+    callbacks = algorithm.callbacks
+    callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
+    recorder = next((c for c in callbacks if isinstance(c, RLDSRecorder)), None)
+    if recorder is None:
         raise ValueError("the algorithm has no RLDSRecorder callback")
-    recorder = recorders[0]
     for group in (
         getattr(algorithm, "env_runner_group", None),
         getattr(algorithm, "eval_env_runner_group", None),
@@ -485,35 +383,11 @@ def finish_recording(algorithm: Any, *, merge: bool | None = None) -> Any:
             group.foreach_env_runner(_close_runner_recorders, local_env_runner=True)
     do_merge = recorder._opts["merge"] if merge is None else merge
     recorder._stopped = True  # algo.stop() will not merge again
+    result = recorder._finish(do_merge)
     if do_merge:
-        return recorder.merge_runner_datasets()
+        return result
     modules = multi.module_runner_directories(recorder._opts["output_root"])
     return modules or runner_directories(recorder._opts["output_root"])
-
-
-def recorded_episode_counts(output_root: epath.PathLike) -> dict[str, int]:
-    """Episodes per split over every runner directory (from `dataset_info.json`)."""
-
-    counts: dict[str, int] = {}
-    paths = runner_directories(output_root) + [
-        p for dirs in multi.module_runner_directories(output_root).values() for p in dirs
-    ]
-    for path in paths:
-        info = layout.read_json(path / layout.DATASET_INFO)
-        for split, (lengths, _) in layout.read_splits(info).items():
-            counts[split] = counts.get(split, 0) + sum(lengths)
-    return counts
-
-
-def _datasets_in(merged: epath.Path) -> list[str]:
-    """The merged datasets in `merged` (itself, or one per module)."""
-    if (merged / "features.json").exists():
-        return [merged.name]
-    if not merged.exists():
-        return []
-    return sorted(
-        f"{merged.name}/{p.name}" for p in merged.iterdir() if (p / "features.json").exists()
-    )
 
 
 __all__ = [

@@ -168,6 +168,11 @@ class ChunkWriter:
       act_space: the action space.
       opts: the `RLDSRecorder` options.
       split: the split every episode is written to.
+      directory: the dataset's directory (for delivery reports).
+
+    Attributes:
+      episodes_finished: episodes this writer was handed whole and wrote
+        (what the runner reports to the driver's check).
     """
 
     def __init__(
@@ -177,8 +182,11 @@ class ChunkWriter:
         act_space: Any,
         opts: Mapping[str, Any],
         split: str,
+        directory: epath.PathLike | None = None,
     ):
         self.recorder = recorder
+        self.directory = None if directory is None else epath.Path(directory)
+        self.episodes_finished = 0
         self.obs_space = obs_space
         self.act_space = act_space
         self._convert_obs = spaces_lib.space_converter(obs_space)
@@ -257,10 +265,15 @@ class ChunkWriter:
                 episode_metadata = {**episode_metadata, **extra}
         writer.set_episode_metadata(slot, episode_metadata)
         writer.end(slot, terminated=terminated, split=self.split)
+        self.episodes_finished += 1
         return True
 
     def flush(self) -> None:
         self.recorder.flush()
+
+    def datasets(self) -> dict[epath.Path, tuple[str, int]]:
+        """This writer's directory -> (split, episodes finished), for `RunnerDelivery`."""
+        return {self.directory: (self.split, self.episodes_finished)} if self.directory else {}
 
     def close(self) -> None:
         self.recorder.close()

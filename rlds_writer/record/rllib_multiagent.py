@@ -132,11 +132,20 @@ class MultiAgentRecording:
       writer_name: this runner's writer name (`00001`, `eval-00000`, ...).
       worker_index: the runner's worker index (episode metadata).
       split: the split every episode is written to.
+      root: where the module directories go (default: the output root; a
+        staging directory when the runner ships its shards to the driver).
     """
 
-    def __init__(self, opts: Mapping[str, Any], writer_name: str, worker_index: int, split: str):
+    def __init__(
+        self,
+        opts: Mapping[str, Any],
+        writer_name: str,
+        worker_index: int,
+        split: str,
+        root: epath.PathLike | None = None,
+    ):
         self._opts = opts
-        self._root = epath.Path(opts["output_root"])
+        self._root = epath.Path(root or opts["output_root"])
         self._name = writer_name
         self._worker_index = worker_index
         self.split = split
@@ -153,8 +162,9 @@ class MultiAgentRecording:
                     "for it; return it from your MultiAgentEnv's get_observation_space/"
                     "get_action_space"
                 )
+            directory = writer_directory(self._root / name, self._name)
             recorder = make_recorder(
-                writer_directory(self._root / name, self._name),
+                directory,
                 obs_space,
                 act_space,
                 self._opts,
@@ -167,7 +177,7 @@ class MultiAgentRecording:
                 },
             )
             writer = self.writers[name] = ChunkWriter(
-                recorder, obs_space, act_space, self._opts, self.split
+                recorder, obs_space, act_space, self._opts, self.split, directory
             )
         elif obs_space != writer.obs_space or act_space != writer.act_space:
             raise ValueError(
@@ -202,6 +212,10 @@ class MultiAgentRecording:
     def flush(self) -> None:
         for writer in self.writers.values():
             writer.flush()
+
+    def datasets(self) -> dict[epath.Path, tuple[str, int]]:
+        """Each module's directory -> (split, episodes finished), for `RunnerDelivery`."""
+        return {k: v for w in self.writers.values() for k, v in w.datasets().items()}
 
     def close(self) -> None:
         errors = []

@@ -1,0 +1,217 @@
+"""The driver's side of an RLlib recording on a Ray cluster: one actor on the driver's node.
+
+`EpisodeSink` runs as a Ray actor pinned to the node of the process that
+builds the algorithm (the driver, where `algo.stop()` merges). It does two
+things for every EnvRunner, whatever node it runs on:
+
+* keeps each runner's **report**: the episodes it finished, per dataset
+  directory on the driver's node and split, sent after every flush (the end
+  of each `sample()`) and at close. A restarted runner is a new
+  *incarnation* with its own report; the reports of dead ones stay.
+* receives the **closed shards** of a runner that cannot see the driver's
+  files (another node, no shared file system) and mirrors its datasets into
+  directories of the output root on the driver's node: whole shard files
+  first (each written to a temporary name and renamed into place), then
+  `features.json`/`metadata.json`, then `dataset_info.json`, so that the
+  mirror is always a consistent dataset listing only complete shards.
+
+This module imports no TensorFlow and no RLlib: the actor process stays
+small. The runner's side is `record/rllib_delivery.py`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from etils import epath
+
+from rlds_writer.errors import LockedError, UnsafePathError, UnsupportedFeatureError
+from rlds_writer.store import layout
+from rlds_writer.store.locking import DirectoryLock
+
+# Files of a dataset directory a mirror receives after its shards, the listing last.
+METADATA_FILES = (layout.FEATURES, layout.METADATA)
+LISTING = layout.DATASET_INFO
+
+
+def sink_name(output_root: str, job_id: str) -> str:
+    """The actor's name: one sink per Ray job and output root."""
+    digest = hashlib.sha256(os.fspath(output_root).encode()).hexdigest()[:16]
+    return f"rlds_writer.sink.{job_id}.{digest}"
+
+
+def _checked_relative(relpath: str) -> str:
+    """`relpath` (from a runner) as a path inside the output root: no `..`, no absolute path."""
+    parts = relpath.split("/")
+    if (
+        not relpath
+        or relpath.startswith("/")
+        or any(p in ("", ".", "..") or "\\" in p for p in parts)
+    ):
+        raise UnsafePathError(f"runner sent the path {relpath!r}, which leaves the output root")
+    return relpath
+
+
+class EpisodeSink:
+    """Reports and mirrored datasets of every EnvRunner, on the driver's node.
+
+    Args:
+      output_root: the recording's output root (a local directory here).
+      fsync: fsync mirrored files and directories (the writers' `fsync`).
+    """
+
+    def __init__(self, output_root: str, fsync: bool = False):
+        self.root = epath.Path(output_root)
+        self.fsync = fsync
+        self.reports: dict[str, dict[str, Any]] = {}
+        # incarnation -> {runner's dataset dir (relative): mirror dir (relative)}
+        self.mirrors: dict[str, dict[str, str]] = {}
+        self.locks: dict[str, list[DirectoryLock]] = {}
+
+    def sees(self, relpath: str) -> bool:
+        """Whether a file a runner just made in the output root exists here (shared storage)."""
+        return (self.root / _checked_relative(relpath)).exists()
+
+    def mirror(self, incarnation: str, dataset: str) -> str:
+        """The mirror directory (relative to the root) of one runner dataset, made and locked."""
+        dataset = _checked_relative(dataset)
+        mirrors = self.mirrors.setdefault(incarnation, {})
+        if dataset in mirrors:
+            return mirrors[dataset]
+        parent, _, base = dataset.rpartition("/")
+        for attempt in range(1000):
+            name = base if attempt == 0 else f"{base}.{attempt}"
+            relative = f"{parent}/{name}" if parent else name
+            directory = self.root / relative
+            if relative in {m for ms in self.mirrors.values() for m in ms.values()}:
+                continue
+            if os.path.islink(directory) or os.path.islink(directory.parent):
+                continue  # a link planted in the root: never written through
+            directory.mkdir(parents=True, exist_ok=True)
+            lock = DirectoryLock(directory, purpose="mirror")
+            try:
+                lock.acquire()
+            except LockedError:
+                continue
+            if any(p.name != layout.LOCK for p in directory.iterdir()):
+                lock.release()  # an earlier run's directory: never mixed with this one
+                continue
+            self.locks.setdefault(incarnation, []).append(lock)
+            mirrors[dataset] = relative
+            return relative
+        raise LockedError(f"no free directory to mirror runner dataset {dataset} under {self.root}")
+
+    def put(self, incarnation: str, dataset: str, name: str, data: bytes, offset: int) -> int:
+        """Writes `data` at `offset` of the temporary copy of shard `name`; returns its size."""
+        path = self._temp(incarnation, dataset, name)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(path, flags | (os.O_TRUNC if offset == 0 else 0), 0o644)
+        try:
+            os.lseek(fd, offset, os.SEEK_SET)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
+    def seal(self, incarnation: str, dataset: str, name: str, size: int) -> None:
+        """Renames the complete temporary copy of shard `name` into the mirror."""
+        path = self._temp(incarnation, dataset, name)
+        if os.path.getsize(path) != size:
+            raise OSError(f"{path}: received {os.path.getsize(path)} of {size} bytes")
+        if self.fsync:
+            layout.fsync_file(path)
+        os.replace(path, self._target(incarnation, dataset, name))
+
+    def commit(self, incarnation: str, dataset: str, files: dict[str, bytes]) -> None:
+        """Writes a runner dataset's JSON files into its mirror, `dataset_info.json` last."""
+        for name in sorted(files, key=lambda n: n == LISTING):
+            if name not in (*METADATA_FILES, LISTING):
+                raise UnsafePathError(f"runner sent {name!r}; a mirror takes only dataset JSON")
+            with layout.atomic_file(self._target(incarnation, dataset, name), self.fsync) as f:
+                f.write(files[name])
+
+    def report(self, incarnation: str, report: dict[str, Any]) -> None:
+        """Keeps a runner's latest report (episodes finished per directory and split)."""
+        self.reports[incarnation] = report
+
+    def finish(self) -> dict[str, dict[str, Any]]:
+        """Releases every mirror and returns every incarnation's report (for the check)."""
+        for locks in self.locks.values():
+            for lock in locks:
+                lock.release()
+        self.locks.clear()
+        return self.reports
+
+    def release(self, incarnation: str) -> None:
+        """Releases one incarnation's mirrors (it closed its writers)."""
+        for lock in self.locks.pop(incarnation, []):
+            lock.release()
+
+    def _target(self, incarnation: str, dataset: str, name: str) -> epath.Path:
+        if "/" in name or name in ("", ".", "..") or name == layout.LOCK:
+            raise UnsafePathError(f"runner sent the file name {name!r}")
+        return self.root / self.mirror(incarnation, dataset) / name
+
+    def _temp(self, incarnation: str, dataset: str, name: str) -> str:
+        # A name `recover` and `merge` know as a temporary file (`layout.TEMP_FILE`).
+        target = self._target(incarnation, dataset, name)
+        tag = hashlib.sha256(incarnation.encode()).hexdigest()[:16]
+        return os.fspath(target.parent / f".{target.name}.tmp-{os.getpid()}-{tag}")
+
+
+def start_sink(output_root: str, fsync: bool) -> Any:
+    """Starts the sink actor on this process's node (the driver's); returns its handle."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    context = ray.get_runtime_context()
+    actor = ray.remote(EpisodeSink).options(
+        name=sink_name(output_root, context.get_job_id()),
+        num_cpus=0,
+        max_restarts=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(context.get_node_id(), soft=False),
+    )
+    return actor.remote(os.fspath(output_root), fsync)
+
+
+def refuse_object_store_on_a_cluster(root: epath.PathLike) -> None:
+    """Refuses an object-store output root when Ray runs on more than one node."""
+    if layout.is_local(root):
+        return
+    import ray
+
+    if ray.is_initialized() and len([n for n in ray.nodes() if n.get("Alive")]) > 1:
+        raise UnsupportedFeatureError(
+            f"output_root {root}: recording to object storage from a multi-node Ray cluster "
+            "is not supported yet; record to a local directory of the driver's node (runners "
+            "on other nodes ship their shards to it) or to a shared file system"
+        )
+
+
+def start_driver_sink(root: epath.PathLike, opts: Mapping[str, Any]) -> Any:
+    """The driver's sink for an `RLDSRecorder` (None without Ray or for an object-store root)."""
+    import ray
+
+    if not ray.is_initialized() or not layout.is_local(root):
+        return None
+    fsync = bool((opts["writer_kwargs"] or {}).get("fsync", False))
+    return start_sink(os.fspath(root), fsync)
+
+
+def find_sink(output_root: str) -> Any:
+    """The sink of this Ray job and output root, or None (no Ray, or no sink started)."""
+    try:
+        import ray
+    except ImportError:
+        return None
+    if not ray.is_initialized():
+        return None
+    try:
+        return ray.get_actor(sink_name(output_root, ray.get_runtime_context().get_job_id()))
+    except ValueError:
+        return None

@@ -1,0 +1,126 @@
+"""RLlib on a real two-node Ray cluster without a shared file system: nothing lost, or an error.
+
+Each test runs `rllib_cluster_child.py` as the first process of new PID,
+network and mount namespaces: its Ray head and second node listen on that
+namespace's loopback only, and everything in it ends when the child exits
+(no Ray outside is reached, attached to or stopped). The second node runs in
+a mount namespace of its own with a tmpfs over the output root's parent: it
+cannot see the driver's files, as on a cluster whose nodes have their own
+disks. One EnvRunner runs there and is killed (and restarted) mid-run, or
+the node itself is stopped and the runner restarted on a third node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+pytest.importorskip("ray")
+
+pytestmark = pytest.mark.slow
+
+CHILD = os.path.join(os.path.dirname(__file__), "rllib_cluster_child.py")
+TIMEOUT = 420
+
+
+def _can_unshare() -> bool:
+    if shutil.which("unshare") is None or shutil.which("ip") is None or os.geteuid() != 0:
+        return False
+    probe = subprocess.run(
+        ["unshare", "--net", "--pid", "--fork", "--mount-proc", "true"], capture_output=True
+    )
+    return probe.returncode == 0
+
+
+def _run(scenario: str) -> dict:
+    if not _can_unshare():
+        pytest.skip("needs root and unshare (network, PID and mount namespaces)")
+    # A short path: Ray's unix sockets live under it.
+    work = tempfile.mkdtemp(prefix="rc", dir="/tmp")
+    result_path = os.path.join(work, "result.json")
+    # This process's import path, whatever the child's working directory.
+    path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    try:
+        child = subprocess.run(
+            ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
+            + [sys.executable, CHILD, work, scenario, result_path],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        # Ray's nodes warn on every start that no route leaves the namespace.
+        log = "\n".join(line for line in child.stderr.splitlines() if "network_util" not in line)
+        assert os.path.exists(result_path), log[-4000:]
+        with open(result_path) as f:
+            result = json.load(f)
+        assert "rllib_episodes" in result, result.get("child_error") or log[-4000:]
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def single() -> dict:
+    """One single-agent run serves both tests that read it."""
+    return _run("single")
+
+
+def test_every_finished_episode_of_every_node_is_merged(single):
+    result = single
+    assert result["restarted_on"] != result["driver_node"]  # a runner off the driver's node
+    assert "stop_error" not in result
+    assert result["rllib_episodes"] > 0
+    # RLlib's own lifetime counter (episodes its runners finished and reported).
+    assert result["merged"] == {"train": result["rllib_episodes"]} == result["reported"]
+    assert result["runner_directories"] == []  # merged by moving
+
+
+def test_an_object_store_root_on_a_multi_node_cluster_is_refused_in_one_line(single):
+    result = single
+    # Until runners write their own subdirectories of the bucket (issue 25).
+    assert result["s3_refused"].startswith("UnsupportedFeatureError: output_root s3://")
+    assert "\n" not in result["s3_refused"]
+
+
+def test_a_runner_restarted_on_another_node_after_its_node_died_loses_nothing_delivered():
+    result = _run("node_lost")
+    assert result["restarted_on"] not in (result["driver_node"], result["lost_node"])
+    assert "stop_error" not in result
+    # The dead node's runner delivered episodes before it died; they are merged too.
+    assert result["lost_node_episodes"] > 0
+    assert result["merged"] == {"train": result["rllib_episodes"]}
+
+
+def test_every_finished_agent_episode_of_every_node_is_merged():
+    result = _run("multi")
+    assert "stop_error" not in result
+    assert result["rllib_episodes"] > 0
+    # Two agents act in every MultiAgentCartPole episode: one RLDS episode each.
+    assert set(result["merged"]) == {"p0/train", "p1/train"}
+    # Every agent episode the runners finished (their counts) is merged, per module.
+    assert result["merged"] == result["reported"]
+    # RLlib counts env episodes; each module has at most one agent episode in each.
+    assert max(result["merged"].values()) == result["rllib_episodes"]
+    assert sum(result["merged"].values()) <= 2 * result["rllib_episodes"]
+
+
+def test_a_shipped_shard_missing_at_stop_raises_naming_the_runner_and_node():
+    result = _run("lost")
+    error = result["stop_error"]
+    deleted = result["deleted"]
+    assert error.startswith("EpisodesLostError: ")
+    assert "\n" not in error
+    assert f"EnvRunner {deleted['worker_index']} " in error
+    assert "127.0.0.1" in error and deleted["node_id"][:12] in error
+    assert deleted["shard"].rpartition("/")[2] in error
+    # Nothing was merged and nothing else removed: the runner directories stay.
+    assert result["merged"] == {}
+    assert deleted["shard"].partition("/")[0] in result["runner_directories"]
