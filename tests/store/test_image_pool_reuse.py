@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 from helpers_core import load_episodes
@@ -154,6 +155,20 @@ def test_idle_processes_end_after_the_idle_time(tmp_path, monkeypatch):
     assert image_processes.take_started(2) is None
 
 
+def _wait_dead(pids, timeout=30.0):
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.01)
+
+
 def test_processes_that_died_while_idle_are_not_reused(tmp_path, monkeypatch):
     import signal
 
@@ -164,6 +179,7 @@ def test_processes_that_died_while_idle_are_not_reused(tmp_path, monkeypatch):
     dead = _worker_pids(os.getpid())
     for pid in dead:
         os.kill(pid, signal.SIGKILL)
+    _wait_dead(dead)  # died while idle: gone before the next recording starts
     second = _recorder(tmp_path / "second")
     _run_episodes(second, 2, seed=0)
     second.flush()
