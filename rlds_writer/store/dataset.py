@@ -132,7 +132,7 @@ class Dataset:
             )
         features_path = _join(backend, text, layout.FEATURES)
         config = _load_json(backend, features_path, features=True)
-        features = _parse_features(config, features_path)
+        features = features_lib.parse_features_file(config, features_path)
         metadata = None
         meta_path = _join(backend, text, layout.METADATA)
         if backend.exists(meta_path):
@@ -283,20 +283,3 @@ def _load_json(backend: Any, path: str, features: bool = False) -> Any:
             f"{path}: not valid JSON ({reason}); run `rlds-writer recover` to rebuild it, or "
             "restore it from the dataset's source"
         ) from None
-
-
-def _parse_features(config: Any, path: str) -> features_lib.Features:
-    if not isinstance(config, Mapping):
-        raise IncompatibleDatasetError(
-            f"{path}: not a features.json TFDS can read (expected a JSON object); restore "
-            "the file from the dataset's source"
-        )
-    try:
-        return features_lib.parse_features(config)
-    except IncompatibleDatasetError as e:
-        raise IncompatibleDatasetError(
-            f"{path}: not a features.json TFDS can read ({e}); restore the file "
-            "from the dataset's source"
-        ) from None
-    except UnsupportedFeatureError as e:
-        raise UnsupportedFeatureError(f"{path}: {e}") from None

@@ -173,6 +173,21 @@ def load_features(path: str | os.PathLike) -> Features:
             f"{path}: not a features.json TFDS can read ({reason}); restore the file "
             "from the dataset's source"
         ) from None
+    return parse_features_file(config, path)
+
+
+def parse_features_file(config: Any, path: str) -> Features:
+    """`parse_features` of the decoded JSON of the file `path`, errors naming the file.
+
+    Raises:
+      IncompatibleDatasetError: if it is not a features.json TFDS can read.
+      UnsupportedFeatureError: for a feature kind the reader cannot decode.
+    """
+    if not isinstance(config, Mapping):
+        raise IncompatibleDatasetError(
+            f"{path}: not a features.json TFDS can read (expected a JSON object); restore "
+            "the file from the dataset's source"
+        )
     try:
         return parse_features(config)
     except IncompatibleDatasetError as e:
