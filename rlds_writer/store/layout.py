@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import json
 import os
 import re
@@ -38,7 +39,7 @@ import numpy as np
 from etils import epath
 
 from rlds_writer.errors import DiskFullError, IncompatibleDatasetError
-from rlds_writer.store import names, storage
+from rlds_writer.store import names, shards, storage
 from rlds_writer.store.object_path import as_path
 
 DATASET_INFO = "dataset_info.json"
@@ -52,10 +53,9 @@ QUARANTINE_PREFIX = ".corrupt-"
 FILEPATH_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}"
 # What TFDS assumes when a split has no filepathTemplate (`tfds build` writes it).
 TFDS_DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
-# The shard formats the layout names (their code: `store.shards.FORMATS`), and
-# what a dataset_info.json without `fileFormat` means (TFDS's default).
-FILE_FORMATS = ("tfrecord", "array_record")
-DEFAULT_FILE_FORMAT = "tfrecord"
+# What a dataset_info.json without `fileFormat` means (TFDS's default); the
+# format names themselves come from the registry, `store.shards.names()`.
+DEFAULT_FILE_FORMAT = shards.DEFAULT_FILE_FORMAT
 # Episode-level Text field saying why an episode ended: the env terminated or
 # truncated it, or the recorder cut it short (reset or close mid-episode, a
 # refused value, interpreter exit). Recorders declare it unless the user gave a
@@ -66,11 +66,26 @@ END_REASONS = (TERMINATED, TRUNCATED, CUT_SHORT)
 
 # Temporary files: ours (`.x.tmp-<pid>-<random>`, older `.x.tmp-<pid>`, `.x.recover-tmp`).
 TEMP_FILE = re.compile(r"^\..+\.(tmp-\d+(-[0-9a-f]+)?|recover-tmp)$")
+
+
+@functools.lru_cache(maxsize=8)
+def _any_shard_pattern(formats: tuple[str, ...]) -> re.Pattern:
+    alternatives = "|".join(re.escape(f) for f in formats)
+    shard = rf"\.(?P<format>{alternatives})-\d{{5,}}(-of-\d{{5,}})?"
+    return re.compile(rf"^(?P<name>.+)-(?P<split>.+){shard}$")
+
+
+class _AnyShard:
+    """`match(name)`: a shard name of any registered format (`store.shards.names()`,
+    which `register` can extend), groups `name`, `split`, `format`."""
+
+    def match(self, name: str) -> re.Match | None:
+        return _any_shard_pattern(shards.names()).match(name)
+
+
 # Any shard name of any template TFDS or we write, for "does this look like a
 # dataset" checks; never used to decide which files belong to a split.
-ANY_SHARD = re.compile(
-    r"^(?P<name>.+)-(?P<split>.+)\.(?P<format>tfrecord|array_record)-\d{5,}(-of-\d{5,})?$"
-)
+ANY_SHARD = _AnyShard()
 _PLACEHOLDERS = (
     "{DATASET}",
     "{SPLIT}",
@@ -117,10 +132,10 @@ class ShardTemplate:
     def __post_init__(self) -> None:
         check_name(self.dataset, "dataset name")
         check_name(self.split, "split name")
-        if self.file_format not in FILE_FORMATS:
+        if self.file_format not in shards.names():
             raise IncompatibleDatasetError(
                 f"{DATASET_INFO}: file format {self.file_format!r} is not supported "
-                f"(expected one of {FILE_FORMATS})"
+                f"(expected one of {shards.names()})"
             )
         rest = self.template
         for placeholder in _PLACEHOLDERS:

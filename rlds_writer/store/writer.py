@@ -202,10 +202,8 @@ class DatasetWriter:
         commit_interval: float = 10.0,
         image_workers: int = 2,
     ):
-        if file_format not in layout.FILE_FORMATS:
-            raise ValueError(
-                f"file_format must be one of {layout.FILE_FORMATS}, got {file_format!r}"
-            )
+        if file_format not in shards.names():
+            raise ValueError(f"file_format must be one of {shards.names()}, got {file_format!r}")
         if max_episodes_per_file < 1:
             raise ValueError(f"max_episodes_per_file must be >= 1, got {max_episodes_per_file}")
         self.path = as_path(data_directory)
