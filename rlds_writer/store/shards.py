@@ -47,7 +47,7 @@ def register(file_format: FileFormat | str) -> None:
     if not name or not name.replace("_", "").isalnum() or not name.islower():
         raise ValueError(f"file format name must be lowercase letters, digits and _: {name!r}")
     current = _FORMATS.get(name)
-    if current is not None and current is not file_format and not isinstance(current, str):
+    if current is not None and current is not file_format:
         raise ValueError(f"file format {name!r} is already registered ({current!r})")
     _FORMATS[name] = file_format
 
