@@ -98,7 +98,7 @@ def convert(
       DatasetExistsError: DEST holds a dataset and mode is `error`.
     """
     from rlds_writer import interop
-    from rlds_writer.store.writer import check_mode
+    from rlds_writer.store.dataset_setup import check_mode
 
     errors.import_optional("apache_beam", "converting with Apache Beam")  # before any work
     if source_format not in SPLITTERS:
@@ -261,8 +261,8 @@ def _publish(work: Path, dest: Path, mode: str) -> None:
     """Moves the finished dataset from `work` to `dest`, `dataset_info.json` last."""
     from rlds_writer.interop import staging
     from rlds_writer.store import layout
+    from rlds_writer.store.dataset_setup import check_mode
     from rlds_writer.store.locking import DirectoryLock
-    from rlds_writer.store.writer import check_mode
 
     if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
         staging.move_into_place(work, dest)  # one rename: all or nothing

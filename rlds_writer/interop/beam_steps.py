@@ -140,7 +140,7 @@ def make_plan(scans: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[
 def dataset_info(schema: source_schema.Schema, settings: Mapping[str, Any]) -> Any:
     """The `tfds.core.DatasetInfo` the single-process writer builds for this schema."""
     from rlds_writer.store import layout
-    from rlds_writer.store.writer import build_dataset_info
+    from rlds_writer.store.dataset_setup import build_dataset_info
 
     cfg = source_schema.dataset_config(
         schema,

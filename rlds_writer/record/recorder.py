@@ -40,8 +40,10 @@ from rlds_writer.record.spaces import (
     feature_from_values,
 )
 from rlds_writer.store import field_specs, layout
+from rlds_writer.store.dataset_setup import check_mode
+from rlds_writer.store.exit_close import close_at_exit
 from rlds_writer.store.object_path import as_path
-from rlds_writer.store.writer import DatasetWriter, check_mode, close_at_exit
+from rlds_writer.store.writer import DatasetWriter
 
 _log = logging.getLogger(__name__)
 

@@ -16,34 +16,24 @@ caller at the next call and at `close()`; it is never swallowed.
 
 from __future__ import annotations
 
-import atexit
 import functools
 import logging
-import os
 import queue
 import threading
 import time
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from etils import epath
 
-from rlds_writer.errors import (
-    DatasetExistsError,
-    IncompatibleDatasetError,
-    WriterClosedError,
-    WriterFailedError,
-)
-from rlds_writer.store import encoding, field_specs, layout, recovery, shards
+from rlds_writer.errors import WriterClosedError, WriterFailedError
+from rlds_writer.store import dataset_setup, encoding, exit_close, field_specs, layout, shards
+from rlds_writer.store.dataset_setup import build_dataset_info
 from rlds_writer.store.episode_data import Episode
 from rlds_writer.store.locking import DirectoryLock
 from rlds_writer.store.object_path import as_path
 
 _log = logging.getLogger(__name__)
-
-MODES = ("error", "append", "overwrite")
-
 
 # Seconds the writer thread waits for more episodes after draining its queue.
 _BATCH_DELAY = 0.005
@@ -74,78 +64,6 @@ class _SplitState:
 
 _FLUSH = "flush"
 _CLOSE = "close"
-_OPEN_WRITERS: weakref.WeakSet = weakref.WeakSet()
-
-
-# Recorders (adapters' open episodes) closed at exit before the bare writers.
-_OPEN_RECORDERS: weakref.WeakSet = weakref.WeakSet()
-
-
-def close_at_exit(recorder: Any) -> None:
-    """Closes `recorder` (anything with `close()`) at interpreter exit, held weakly.
-
-    A recorder holds an open episode its writer knows nothing of; closing it
-    first writes that episode, cut short, before the writers close.
-    """
-    _OPEN_RECORDERS.add(recorder)
-
-
-@atexit.register
-def _close_open_writers() -> None:
-    for recorder in list(_OPEN_RECORDERS):
-        try:
-            recorder.close()
-        except Exception as e:  # noqa: BLE001
-            _log.error("closing a recorder at exit failed: %s", e)
-    for writer in list(_OPEN_WRITERS):
-        try:
-            writer.close()
-        except Exception as e:  # noqa: BLE001
-            _log.error("closing %s at exit failed: %s", writer.path, e)
-
-
-def build_dataset_info(
-    ds_config: Any,
-    name: str,
-    version: str,
-    data_directory: epath.PathLike,
-    metadata: Mapping[str, Any] | None = None,
-) -> Any:
-    """Returns the `tfds.core.DatasetInfo` of an RLDS dataset config."""
-    import tensorflow_datasets as tfds
-    from tensorflow_datasets.rlds import rlds_base
-
-    identity = tfds.core.DatasetIdentity(
-        name=name,
-        version=tfds.core.Version(version),
-        data_dir=os.fspath(data_directory),
-        module_name="",
-    )
-    return rlds_base.build_info(
-        ds_config, identity, ds_metadata=dict(metadata) if metadata else None
-    )
-
-
-def check_mode(path: epath.PathLike, mode: str) -> bool:
-    """Refuses `mode="error"` on a directory that holds a dataset (before anything is recorded).
-
-    Returns:
-      Whether `path` holds a dataset.
-
-    Raises:
-      ValueError: `mode` is not one of `MODES`.
-      DatasetExistsError: the directory holds a dataset and mode is `error`.
-    """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    exists = layout.holds_dataset(path)
-    if mode == "error" and exists:
-        raise DatasetExistsError(
-            f"{path} already holds a dataset. Pass mode='append' to add episodes "
-            "to it or mode='overwrite' to replace it.",
-            directory=os.fspath(path),
-        )
-    return exists
 
 
 class DatasetWriter:
@@ -227,11 +145,30 @@ class DatasetWriter:
         self._lock = DirectoryLock(self.path)
         self._lock.acquire()
         try:
-            self._splits = self._prepare_directory(mode)
+            prepared = dataset_setup.prepare_directory(
+                self.path,
+                self.info,
+                mode=mode,
+                name=self.name,
+                file_format=file_format,
+                split=split,
+                metadata=self._metadata,
+            )
+            self._info_json = prepared.info_json
+            self._templates = prepared.templates
+            self._metadata = prepared.metadata
+            if prepared.first_commit is not None:
+                self._commit_listing(prepared.first_commit)
+            if prepared.write_metadata:
+                self._write_metadata(self._metadata)
         except BaseException:
             self._lock.release()
             self.encoder.close()
             raise
+        self._splits = {
+            name: _SplitState(name, lengths, nbytes)
+            for name, (lengths, nbytes) in prepared.splits.items()
+        }
 
         self.episodes_written = 0
         self.steps_written = 0
@@ -256,117 +193,7 @@ class DatasetWriter:
             target=self._run, name=f"rlds_writer[{self.path.name}]", daemon=True
         )
         self._thread.start()
-        _OPEN_WRITERS.add(self)
-
-    # ------------------------------------------------------------------ setup
-
-    def _prepare_directory(self, mode: str) -> dict[str, _SplitState]:
-        exists = check_mode(self.path, mode)
-        if exists and mode == "overwrite":
-            self._delete_dataset_files()
-            exists = False
-        if exists:
-            return self._open_for_append()
-        self._create()
-        return {self.default_split: _SplitState(self.default_split, [], 0)}
-
-    def _delete_dataset_files(self) -> None:
-        # Shards of every naming TFDS or we use (`-00000` and `-00000-of-00004`).
-        pattern = layout.ANY_SHARD
-        for child in self.path.iterdir():
-            if child.name in (
-                layout.DATASET_INFO,
-                layout.FEATURES,
-                layout.METADATA,
-            ) or pattern.match(child.name):
-                child.unlink()
-
-    def _create(self) -> None:
-        from tensorflow_datasets.core import file_adapters
-
-        self.info.set_file_format(file_adapters.FileFormat.from_value(self.file_format))
-        if layout.is_local(self.path):
-            self.info.write_to_directory(self.path)
-        else:
-            self._write_info_remotely()
-        self._info_json = layout.read_json(self.path / layout.DATASET_INFO)
-        self._templates = {}
-        self._commit_splits({self.default_split: _SplitState(self.default_split, [], 0)})
-
-    def _write_info_remotely(self) -> None:
-        """TFDS's files, made in a local directory and uploaded (TFDS would write
-        through TensorFlow's file system and rename); dataset_info.json last."""
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="rlds_writer-info-") as tmp:
-            self.info.write_to_directory(tmp)
-            names = sorted(os.listdir(tmp), key=lambda n: n == layout.DATASET_INFO)
-            for name in names:
-                with open(os.path.join(tmp, name), "rb") as f:
-                    data = f.read()
-                (self.path / name).write_bytes(data)
-
-    def _open_for_append(self) -> dict[str, _SplitState]:
-        # Headers of every record are checked; data CRCs only in each split's last
-        # shard (where a crash tears) and in shards whose count is off.
-        report = recovery.run_recovery(self.path, dry_run=False, verify_data=False)
-        if report.changed:
-            _log.warning("recovered %s before appending: %s", self.path, report.summary())
-        if not (self.path / layout.DATASET_INFO).exists():
-            # Its creation was interrupted before any episode: start it afresh.
-            self._create()
-            return {self.default_split: _SplitState(self.default_split, [], 0)}
-        existing = layout.read_json(self.path / layout.DATASET_INFO)
-        problems = []
-        if existing.get("name") != self.name:
-            problems.append(f"name: dataset has {existing.get('name')!r}, writer has {self.name!r}")
-        fmt = layout.file_format_of(existing)
-        if fmt != self.file_format:
-            problems.append(f"file_format: dataset has {fmt!r}, writer has {self.file_format!r}")
-        templates = layout.split_templates(existing)
-        from google.protobuf import json_format
-
-        # features.json is the FeaturesDict proto as JSON (TFDS's save_config).
-        diff = layout.json_diff(
-            layout.read_json(self.path / layout.FEATURES),
-            json_format.MessageToDict(self.features.to_proto()),
-        )
-        if diff:
-            problems.append(
-                "features differ:\n"
-                + "\n".join(f"  {path}: dataset has {a!r}, writer has {b!r}" for path, a, b in diff)
-            )
-        if problems:
-            raise IncompatibleDatasetError(f"cannot append to {self.path}: " + "; ".join(problems))
-        splits = {
-            name: _SplitState(name, lengths, nbytes)
-            for name, (lengths, nbytes) in layout.read_splits(existing).items()
-        }
-        # A split whose shard names hold the shard count (`tfds build`'s
-        # `-00000-of-00004`) gets that count pinned in its template before any
-        # shard is added: its shards keep their names, new ones continue the
-        # sequence (`-00004-of-00004`, ...), and dataset_info.json never lists
-        # a template its files do not follow (docs/durability.md).
-        pinned = {
-            split: template.pinned(len(splits[split].lengths) if split in splits else 0)
-            for split, template in templates.items()
-        }
-        self._templates = pinned
-        self._info_json = existing
-        if pinned != templates:
-            _log.info(
-                "%s: pinned the shard count in %s so shards can be added without renaming",
-                self.path,
-                ", ".join(f"{s}'s filepathTemplate" for s in pinned if pinned[s] != templates[s]),
-            )
-            self._commit_splits(splits)
-        if self._metadata is not None:
-            if (self.path / layout.METADATA).exists():
-                # Keep the keys earlier runs recorded; the new ones win.
-                self._metadata = {**layout.read_json(self.path / layout.METADATA), **self._metadata}
-            self._write_metadata(self._metadata)
-        splits.setdefault(self.default_split, _SplitState(self.default_split, [], 0))
-        return splits
+        exit_close.close_writer_at_exit(self)
 
     # ---------------------------------------------------------------- public
 
@@ -450,7 +277,7 @@ class DatasetWriter:
         if self._closed:
             return
         self._closed = True
-        _OPEN_WRITERS.discard(self)
+        exit_close.closed(self)
         if self._thread.is_alive():
             done = threading.Event()
             self._queue.put((_CLOSE, done))
@@ -631,14 +458,10 @@ class DatasetWriter:
         for state in self._splits.values():
             if state.shard is not None and state.shard.num_records:
                 self._rotate(state)
-        self._commit_splits(self._splits)
+        self._commit_listing({name: state.committed() for name, state in self._splits.items()})
 
-    def _commit_splits(self, splits: Mapping[str, _SplitState]) -> None:
-        info = layout.with_splits(
-            self._info_json,
-            {name: state.committed() for name, state in splits.items()},
-            self._templates,
-        )
+    def _commit_listing(self, splits: Mapping[str, tuple[list[int], int]]) -> None:
+        info = layout.with_splits(self._info_json, splits, self._templates)
         layout.atomic_write_text(
             self.path / layout.DATASET_INFO, layout.dumps_info(info), fsync=self.fsync
         )
