@@ -41,7 +41,7 @@ from rlds_writer.read.transitions import (
     qlearning_dataset,
     transition_batches,
 )
-from rlds_writer.store import layout
+from rlds_writer.store import end_reasons
 from rlds_writer.store.dataset import Dataset, open_handle
 
 _log = logging.getLogger(__name__)
@@ -372,7 +372,7 @@ class Episodes(Sequence):
         episode: nothing on disk tells them apart.
         """
         for episode in self:
-            if episode_end(episode) != layout.CUT_SHORT:
+            if episode_end(episode) != end_reasons.CUT_SHORT:
                 yield episode
 
     def episode_lengths(self) -> np.ndarray:

@@ -21,7 +21,7 @@ import numpy as np
 from etils import epath
 
 from rlds_writer.errors import CorruptArrayRecordError, UnsupportedFeatureError
-from rlds_writer.store import layout, storage
+from rlds_writer.store import file_io, storage
 from rlds_writer.store.object_path import as_path
 from rlds_writer.store.shard_format import (
     FileFormat,
@@ -48,7 +48,7 @@ class ArrayRecordShardWriter:
     def __init__(self, path: epath.Path, fsync: bool = False):
         from array_record.python import array_record_module
 
-        if path.exists() or (layout.is_local(path) and os.path.islink(path)):
+        if path.exists() or (file_io.is_local(path) and os.path.islink(path)):
             raise FileExistsError(f"shard file {path} already exists")  # its writer truncates
         self.path = path
         self.fsync = fsync
@@ -56,7 +56,7 @@ class ArrayRecordShardWriter:
         self.num_bytes = 0
         self._local = os.fspath(path)
         self._upload: str | None = None
-        if not layout.is_local(path):
+        if not file_io.is_local(path):
             # Its writer needs a local file: written there, uploaded whole at close.
             import tempfile
 
@@ -82,16 +82,16 @@ class ArrayRecordShardWriter:
             finally:
                 os.unlink(self._local)
             return
-        if self.fsync and layout.is_local(self.path):
-            layout.fsync_file(self.path)
-            layout.fsync_directory(self.path.parent)
+        if self.fsync and file_io.is_local(self.path):
+            file_io.fsync_file(self.path)
+            file_io.fsync_directory(self.path.parent)
 
 
 def array_record_records(path: epath.PathLike) -> Iterator[bytes]:
     """Yields the records of an array_record shard in order (raises if it is unreadable)."""
     from array_record.python import array_record_module
 
-    layout.refuse_symlink(path, "shard file")
+    file_io.refuse_symlink(path, "shard file")
     with _local_copy(path) as local:
         reader = array_record_module.ArrayRecordReader(local)
         try:
@@ -109,7 +109,7 @@ def local_copy(path: epath.PathLike) -> Iterator[str]:
     For the array_record library, which opens files by name; TFRecord never
     needs it (range reads through the seam).
     """
-    if layout.is_local(path):
+    if file_io.is_local(path):
         yield os.fspath(path)
         return
     import tempfile
@@ -127,7 +127,7 @@ def _local_copy(path: epath.PathLike) -> Iterator[str]:
     For the array_record library, which opens files by name; TFRecord never
     needs it (range reads through the seam).
     """
-    if layout.is_local(path):
+    if file_io.is_local(path):
         yield os.fspath(path)
         return
     import tempfile
@@ -160,7 +160,7 @@ class ArrayRecordShard(PerProcess):
         opener: Callable[[], Any] | None = None,
     ):
         del verify, cache_path, skip  # array_record checks its own chunk hashes
-        if opener is None and not layout.is_local(path):
+        if opener is None and not file_io.is_local(path):
             raise UnsupportedFeatureError(
                 f"{path}: array_record's reader opens local files only; pass an opener that "
                 "gives a local copy (`Dataset.local_file`)"

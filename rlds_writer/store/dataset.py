@@ -27,7 +27,7 @@ from typing import Any
 
 from rlds_writer.errors import IncompatibleDatasetError, UnsupportedFeatureError
 from rlds_writer.store import features as features_lib
-from rlds_writer.store import layout, shards, storage
+from rlds_writer.store import file_io, layout, shards, storage
 from rlds_writer.store.locate import require_dataset
 
 
@@ -120,7 +120,7 @@ class Dataset:
           UnsupportedFeatureError: a feature kind or file format nobody reads.
         """
         text = os.fspath(path)
-        if not layout.is_local(text):
+        if not file_io.is_local(text):
             text = text.rstrip("/")
         backend = storage.storage_for(text)
         require_dataset(text, backend)

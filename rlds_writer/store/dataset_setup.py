@@ -20,7 +20,7 @@ from typing import Any
 from etils import epath
 
 from rlds_writer.errors import DatasetExistsError, IncompatibleDatasetError
-from rlds_writer.store import layout, recovery
+from rlds_writer.store import file_io, json_values, layout, recovery
 
 _log = logging.getLogger(__name__)
 
@@ -148,13 +148,13 @@ def _create(
     from tensorflow_datasets.core import file_adapters
 
     info.set_file_format(file_adapters.FileFormat.from_value(file_format))
-    if layout.is_local(path):
+    if file_io.is_local(path):
         info.write_to_directory(path)
     else:
         _write_info_remotely(path, info)
     listing = {split: ([], 0)}
     return Prepared(
-        layout.read_json(path / layout.DATASET_INFO),
+        file_io.read_json(path / layout.DATASET_INFO),
         {split: ([], 0)},
         {},
         metadata,
@@ -192,7 +192,7 @@ def _open_for_append(
     if not (path / layout.DATASET_INFO).exists():
         # Its creation was interrupted before any episode: start it afresh.
         return _create(path, info, file_format, split, metadata)
-    existing = layout.read_json(path / layout.DATASET_INFO)
+    existing = file_io.read_json(path / layout.DATASET_INFO)
     problems = []
     if existing.get("name") != name:
         problems.append(f"name: dataset has {existing.get('name')!r}, writer has {name!r}")
@@ -203,8 +203,8 @@ def _open_for_append(
     from google.protobuf import json_format
 
     # features.json is the FeaturesDict proto as JSON (TFDS's save_config).
-    diff = layout.json_diff(
-        layout.read_json(path / layout.FEATURES),
+    diff = json_values.json_diff(
+        file_io.read_json(path / layout.FEATURES),
         json_format.MessageToDict(info.features.to_proto()),
     )
     if diff:
@@ -238,7 +238,7 @@ def _open_for_append(
     if metadata is not None:
         if (path / layout.METADATA).exists():
             # Keep the keys earlier runs recorded; the new ones win.
-            prepared.metadata = {**layout.read_json(path / layout.METADATA), **metadata}
+            prepared.metadata = {**file_io.read_json(path / layout.METADATA), **metadata}
         prepared.write_metadata = True
     splits.setdefault(split, ([], 0))
     return prepared

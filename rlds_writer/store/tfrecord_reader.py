@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import CorruptRecordError
-from rlds_writer.store import layout, storage, tfrecord
+from rlds_writer.store import file_io, storage, tfrecord
 from rlds_writer.store.shard_format import PerProcess
 
 _log = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ class TFRecordShard(PerProcess):
         try:
             os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
             # A new file created exclusively: never written through a planted link.
-            with layout.atomic_file(self.cache_path) as f:
+            with file_io.atomic_file(self.cache_path) as f:
                 np.savez(
                     f,
                     stat=np.array(self._stat_key(), np.int64),

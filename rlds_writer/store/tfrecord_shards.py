@@ -17,7 +17,7 @@ from typing import Any
 
 from etils import epath
 
-from rlds_writer.store import layout, storage, tfrecord
+from rlds_writer.store import file_io, layout, storage, tfrecord
 from rlds_writer.store.object_path import as_path
 from rlds_writer.store.shard_format import (
     FileFormat,
@@ -49,11 +49,11 @@ class TFRecordShardWriter:
         self.num_bytes = 0
         self._fd: int | None = None
         self._f: Any = None
-        if layout.is_local(path):
+        if file_io.is_local(path):
             # O_EXCL also refuses a symbolic link planted under the shard's name.
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             if fsync:  # make the new directory entry durable too
-                layout.fsync_directory(path.parent)
+                file_io.fsync_directory(path.parent)
         else:
             # An object store: the shard is uploaded whole when it closes.
             self._f = storage.storage_for(path).open_shard_sink(os.fspath(path))
@@ -202,17 +202,17 @@ class TFRecordFormat(FileFormat):
         return check
 
     def rewrite(self, path: Any, check: ShardCheck) -> str:
-        if not layout.is_local(path):
+        if not file_io.is_local(path):
             return _rewrite_remote_tfrecord(path, check.scan)
         tmp = path.parent / f".{path.name}.recover-tmp"
         try:
             # A fixed name: a leftover (or planted link) there is removed, never written through.
-            dst_file = os.fdopen(layout.create_exclusive(tmp, replace_stale=True), "wb")
+            dst_file = os.fdopen(file_io.create_exclusive(tmp, replace_stale=True), "wb")
             with path.open("rb") as src, dst_file as dst:
                 for offset, length in check.scan.spans:
                     src.seek(offset)
                     dst.write(src.read(length + tfrecord.FRAMING))
-            layout.fsync_file(tmp)
+            file_io.fsync_file(tmp)
         except BaseException:
             # The original is untouched; do not leave a partial copy filling the disk.
             with contextlib.suppress(OSError):
@@ -224,7 +224,7 @@ class TFRecordFormat(FileFormat):
         return keep.name
 
     def cut(self, path: Any, size: int) -> None:
-        if layout.is_local(path):
+        if file_io.is_local(path):
             fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
             try:
                 os.ftruncate(fd, size)

@@ -27,7 +27,16 @@ from typing import Any
 from etils import epath
 
 from rlds_writer.errors import WriterClosedError, WriterFailedError
-from rlds_writer.store import dataset_setup, encoding, exit_close, field_specs, layout, shards
+from rlds_writer.store import (
+    dataset_setup,
+    encoding,
+    exit_close,
+    field_specs,
+    file_io,
+    json_values,
+    layout,
+    shards,
+)
 from rlds_writer.store.dataset_setup import build_dataset_info
 from rlds_writer.store.episode_data import Episode
 from rlds_writer.store.locking import DirectoryLock
@@ -132,7 +141,7 @@ class DatasetWriter:
         self.max_episodes_per_file = max_episodes_per_file
         self.fsync = fsync
         self.commit_interval = commit_interval
-        self._metadata = layout.jsonable(dict(metadata)) if metadata is not None else None
+        self._metadata = json_values.jsonable(dict(metadata)) if metadata is not None else None
 
         self.info = build_dataset_info(ds_config, self.name, version, self.path, self._metadata)
         self.features = self.info.features
@@ -297,7 +306,7 @@ class DatasetWriter:
 
     def set_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Replaces `metadata.json` (atomically) with JSON-safe `metadata`."""
-        self._metadata = layout.jsonable(dict(metadata))
+        self._metadata = json_values.jsonable(dict(metadata))
         self._write_metadata(self._metadata)
 
     def __enter__(self) -> DatasetWriter:
@@ -462,8 +471,8 @@ class DatasetWriter:
 
     def _commit_listing(self, splits: Mapping[str, tuple[list[int], int]]) -> None:
         info = layout.with_splits(self._info_json, splits, self._templates)
-        layout.atomic_write_text(
-            self.path / layout.DATASET_INFO, layout.dumps_info(info), fsync=self.fsync
+        file_io.atomic_write_text(
+            self.path / layout.DATASET_INFO, json_values.dumps_info(info), fsync=self.fsync
         )
         self._last_commit = time.monotonic()
         self._dirty = False
@@ -471,6 +480,6 @@ class DatasetWriter:
     def _write_metadata(self, metadata: Mapping[str, Any]) -> None:
         import json
 
-        layout.atomic_write_text(
+        file_io.atomic_write_text(
             self.path / layout.METADATA, json.dumps(metadata, indent=2), fsync=self.fsync
         )
