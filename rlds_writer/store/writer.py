@@ -32,7 +32,6 @@ from rlds_writer.store import (
     encoding,
     exit_close,
     field_specs,
-    file_io,
     json_values,
     layout,
     shards,
@@ -41,6 +40,7 @@ from rlds_writer.store.dataset_setup import build_dataset_info
 from rlds_writer.store.episode_data import Episode
 from rlds_writer.store.locking import DirectoryLock
 from rlds_writer.store.object_path import as_path
+from rlds_writer.store.split_shards import SplitShards
 
 _log = logging.getLogger(__name__)
 
@@ -50,25 +50,6 @@ _BATCH_DELAY = 0.005
 _BATCH_BELOW = 1 << 20
 # Episodes smaller than this are written by the caller when the writer is idle.
 _INLINE_BELOW = 256 << 10
-
-
-def open_shard(path: epath.Path, file_format: str, fsync: bool) -> shards.ShardWriter:
-    """Opens a new shard file. A seam for fault-injection tests."""
-    return shards.open_writer(path, file_format, fsync)
-
-
-class _SplitState:
-    """Shards of one split: the closed ones and the open one."""
-
-    def __init__(self, name: str, lengths: list[int], num_bytes: int):
-        self.name = name
-        self.lengths = list(lengths)
-        self.num_bytes = num_bytes
-        self.shard: shards.ShardWriter | None = None
-
-    def committed(self) -> tuple[list[int], int]:
-        """The closed shards: the only ones ever listed (a listed shard never grows)."""
-        return list(self.lengths), self.num_bytes
 
 
 _FLUSH = "flush"
@@ -163,21 +144,18 @@ class DatasetWriter:
                 split=split,
                 metadata=self._metadata,
             )
-            self._info_json = prepared.info_json
-            self._templates = prepared.templates
             self._metadata = prepared.metadata
+            self._shards = SplitShards(
+                self.path, self.name, file_format, fsync, max_episodes_per_file, prepared
+            )
             if prepared.first_commit is not None:
-                self._commit_listing(prepared.first_commit)
+                self._shards.commit_listing(prepared.first_commit)
             if prepared.write_metadata:
-                self._write_metadata(self._metadata)
+                self._shards.write_metadata(self._metadata)
         except BaseException:
             self._lock.release()
             self.encoder.close()
             raise
-        self._splits = {
-            name: _SplitState(name, lengths, nbytes)
-            for name, (lengths, nbytes) in prepared.splits.items()
-        }
 
         self.episodes_written = 0
         self.steps_written = 0
@@ -307,7 +285,7 @@ class DatasetWriter:
     def set_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Replaces `metadata.json` (atomically) with JSON-safe `metadata`."""
         self._metadata = json_values.jsonable(dict(metadata))
-        self._write_metadata(self._metadata)
+        self._shards.write_metadata(self._metadata)
 
     def __enter__(self) -> DatasetWriter:
         return self
@@ -318,7 +296,7 @@ class DatasetWriter:
     @property
     def splits(self) -> dict[str, tuple[list[int], int]]:
         """Split name -> (shard lengths, bytes) as last committed or in progress."""
-        return {name: state.committed() for name, state in self._splits.items()}
+        return self._shards.listing()
 
     # ---------------------------------------------------------------- thread
 
@@ -358,7 +336,7 @@ class DatasetWriter:
         kind, payload = item
         if kind == _CLOSE:
             if self._error is not None:
-                self._close_shards_after_failure()
+                self._shards.close_after_failure()
             self._guarded(self._finish)
             payload.set()
             return True
@@ -395,23 +373,14 @@ class DatasetWriter:
             episode.episode_values,
             upcoming=self._upcoming_columns,
         )
-        state = self._splits.get(split)
-        if state is None:
-            state = self._splits[split] = _SplitState(split, [], 0)
-        if state.shard is None:
-            index = len(state.lengths)
-            path = self.path / self._template(split).filename(index, 0)
-            state.shard = open_shard(path, self.file_format, self.fsync)
-        state.shard.write(parts, length)
-        state.shard.flush()
+        self._shards.append(split, parts, length)
         del parts
         episode.release()
         self.episodes_written += 1
         self.steps_written += episode.num_steps
         self.bytes_written += length
         self._dirty = True
-        if state.shard.num_records >= self.max_episodes_per_file:
-            self._rotate(state)
+        self._shards.rotate_if_full(split)
         # Commits follow the clock, not rotations: their cost (O(shards) of JSON)
         # stays flat per episode however small the shards are. An episode written
         # inline leaves the commit to the writer thread, which wakes for it on
@@ -419,67 +388,21 @@ class DatasetWriter:
         if commit and time.monotonic() - self._last_commit >= self.commit_interval:
             self._commit()
 
-    def _template(self, split: str) -> layout.ShardTemplate:
-        """How `split`'s shards are named: the dataset's template, or ours for a new split."""
-        template = self._templates.get(split)
-        if template is None:
-            template = self._templates[split] = layout.ShardTemplate(
-                layout.FILEPATH_TEMPLATE, self.name, split, self.file_format
-            )
-        return template
-
-    def _rotate(self, state: _SplitState) -> None:
-        shard = state.shard
-        state.shard = None
-        shard.close()
-        state.lengths.append(shard.num_records)
-        state.num_bytes += shard.num_bytes
-
     def _flush_and_commit(self) -> None:
         self._commit()
 
-    def _close_shards_after_failure(self) -> None:
-        """Closes the open shards, best effort, so that their complete records reach
-        the OS; `dataset_info.json` is left to `recover`."""
-        for state in self._splits.values():
-            shard, state.shard = state.shard, None
-            if shard is not None:
-                try:
-                    shard.close()
-                except Exception as e:  # noqa: BLE001 - the first error is the one raised
-                    _log.error("closing %s after the failure failed too: %r", shard.path, e)
-
     def _finish(self) -> None:
-        for state in self._splits.values():
-            if state.shard is not None:
-                self._rotate(state)
-        self._commit()
+        self._shards.finish()
+        self._committed()
 
     def _commit_if_dirty(self) -> None:
         if self._dirty:
             self._commit()
 
     def _commit(self) -> None:
-        # A reader (TFDS checks each shard's record count) must find every listed
-        # shard exactly as listed: shards are closed before they are listed, and
-        # the next episode opens a new one. array_record has no other way anyway:
-        # its writer cannot flush an open file.
-        for state in self._splits.values():
-            if state.shard is not None and state.shard.num_records:
-                self._rotate(state)
-        self._commit_listing({name: state.committed() for name, state in self._splits.items()})
+        self._shards.commit()
+        self._committed()
 
-    def _commit_listing(self, splits: Mapping[str, tuple[list[int], int]]) -> None:
-        info = layout.with_splits(self._info_json, splits, self._templates)
-        file_io.atomic_write_text(
-            self.path / layout.DATASET_INFO, json_values.dumps_info(info), fsync=self.fsync
-        )
+    def _committed(self) -> None:
         self._last_commit = time.monotonic()
         self._dirty = False
-
-    def _write_metadata(self, metadata: Mapping[str, Any]) -> None:
-        import json
-
-        file_io.atomic_write_text(
-            self.path / layout.METADATA, json.dumps(metadata, indent=2), fsync=self.fsync
-        )

@@ -1,7 +1,7 @@
 """Write errors (ENOSPC, EIO) injected at the file layer reach the caller, and the
 episodes written before them stay loadable after `recover`.
 
-Faults are injected through the writer's seam, `rlds_writer.store.writer.open_shard`:
+Faults are injected through the writer's seam, `rlds_writer.store.split_shards.open_shard`:
 it is replaced with a factory wrapping a real shard writer that fails at a
 chosen point (a torn partial write then ENOSPC, EIO on flush, EIO on open, an
 error on close), and through `file_io.atomic_write_text` for dataset_info.json
@@ -19,8 +19,7 @@ import pytest
 
 import rlds_writer
 from rlds_writer.errors import WriterFailedError
-from rlds_writer.store import file_io, layout, shards, tfrecord
-from rlds_writer.store import writer as writer_module
+from rlds_writer.store import file_io, layout, shards, split_shards, tfrecord
 
 
 class _Faults:
@@ -74,7 +73,7 @@ def _install(monkeypatch, faults: _Faults) -> None:
             raise faults.error(path)
         return FaultyShard(shards.open_writer(path, file_format, fsync))
 
-    monkeypatch.setattr(writer_module, "open_shard", open_shard)
+    monkeypatch.setattr(split_shards, "open_shard", open_shard)
 
 
 def _record_until_failure(directory, file_format="tfrecord", episodes=12, flush_every=None):

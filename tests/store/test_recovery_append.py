@@ -11,8 +11,7 @@ import tensorflow_datasets as tfds
 
 import rlds_writer
 from rlds_writer.errors import DatasetExistsError, IncompatibleDatasetError
-from rlds_writer.store import file_io, layout
-from rlds_writer.store import writer as writer_module
+from rlds_writer.store import file_io, layout, split_shards
 
 NAME = crash_child.NAME
 
@@ -111,7 +110,7 @@ def test_a_shard_file_is_never_overwritten(tmp_path, file_format):
     path = tmp_path / layout.shard_name(NAME, "train", file_format, 0)
     path.write_bytes(b"precious")
     with pytest.raises(FileExistsError):
-        writer_module.open_shard(path, file_format, False)
+        split_shards.open_shard(path, file_format, False)
     assert path.read_bytes() == b"precious"
 
 
