@@ -53,7 +53,8 @@ class SplitShards:
       file_format: the shard format.
       fsync: `fsync` shards at each episode and dataset_info.json at each commit.
       max_episodes_per_file: episodes per shard before it rotates.
-      prepared: the directory as `dataset_setup.prepare_directory` left it.
+      prepared: the directory as `dataset_setup.prepare_directory` left it; what
+        it left to write (the first listing, `metadata.json`) is written here.
     """
 
     def __init__(
@@ -76,6 +77,10 @@ class SplitShards:
             split: _SplitState(split, lengths, nbytes)
             for split, (lengths, nbytes) in prepared.splits.items()
         }
+        if prepared.first_commit is not None:
+            self.commit_listing(prepared.first_commit)
+        if prepared.write_metadata:
+            self.write_metadata(prepared.metadata)
 
     def append(self, split: str, parts: Any, length: int) -> None:
         """Writes one encoded episode to `split`'s open shard (opening one) and hands

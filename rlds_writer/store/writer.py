@@ -5,11 +5,9 @@ by the calling thread when the writer thread is idle; others go through a
 queue bounded in count and bytes to one background thread. Each record is
 encoded, appended to the open shard of its split and handed to the OS at once
 (per-episode durability). Every `commit_interval` seconds (and at `flush` and
-`close`) the open shards are closed and `dataset_info.json` is replaced
-atomically, listing closed shards only: a listed shard never grows, so a
-reader opening the dataset at any moment (TFDS checks each shard's count)
-loads exactly what was committed. Commits follow the clock, not rotations, so
-their cost per episode stays flat however many shards there are. The env loop
+`close`) the open shards are closed and `dataset_info.json` lists them
+(`split_shards.py`); commits follow the clock, not rotations, so their cost
+per episode stays flat however many shards there are. The env loop
 only waits when the queue is full. An error in the thread is raised to the
 caller at the next call and at `close()`; it is never swallowed.
 """
@@ -148,10 +146,6 @@ class DatasetWriter:
             self._shards = SplitShards(
                 self.path, self.name, file_format, fsync, max_episodes_per_file, prepared
             )
-            if prepared.first_commit is not None:
-                self._shards.commit_listing(prepared.first_commit)
-            if prepared.write_metadata:
-                self._shards.write_metadata(self._metadata)
         except BaseException:
             self._lock.release()
             self.encoder.close()
@@ -341,7 +335,7 @@ class DatasetWriter:
             payload.set()
             return True
         if kind == _FLUSH:
-            self._guarded(self._flush_and_commit)
+            self._guarded(self._commit)
             payload.set()
             return False
         if self._error is None:
@@ -387,9 +381,6 @@ class DatasetWriter:
         # the same clock: the env thread never writes dataset_info.json.
         if commit and time.monotonic() - self._last_commit >= self.commit_interval:
             self._commit()
-
-    def _flush_and_commit(self) -> None:
-        self._commit()
 
     def _finish(self) -> None:
         self._shards.finish()
