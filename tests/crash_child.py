@@ -272,9 +272,9 @@ def check_records(directory: Any, split: str = "train") -> list[int]:
       The episode ids in dataset order.
     """
     from rlds_writer.maintain.shard_walk import iter_shard_records
-    from rlds_writer.store import layout
+    from rlds_writer.store import file_io, layout
 
-    info = layout.read_json(directory / layout.DATASET_INFO)
+    info = file_io.read_json(directory / layout.DATASET_INFO)
     file_format = info.get("fileFormat", "tfrecord")
     lengths, _ = layout.read_splits(info).get(split, ([], 0))
     files = layout.list_shard_files(directory, info["name"], split, file_format)

@@ -98,7 +98,7 @@ def convert(
       DatasetExistsError: DEST holds a dataset and mode is `error`.
     """
     from rlds_writer import interop
-    from rlds_writer.store.writer import check_mode
+    from rlds_writer.store.dataset_setup import check_mode
 
     errors.import_optional("apache_beam", "converting with Apache Beam")  # before any work
     if source_format not in SPLITTERS:
@@ -153,7 +153,7 @@ def _write_with_pipeline(
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from rlds_writer.interop import staging
-    from rlds_writer.store import layout
+    from rlds_writer.store import json_values, layout
 
     if max_episodes_per_file < 1:
         raise ValueError(f"max_episodes_per_file must be >= 1, got {max_episodes_per_file}")
@@ -168,7 +168,7 @@ def _write_with_pipeline(
     settings = {
         "name": name,
         "source": source,
-        "metadata": layout.jsonable(dict(metadata)) if metadata is not None else None,
+        "metadata": json_values.jsonable(dict(metadata)) if metadata is not None else None,
         "split": split,
         "file_format": file_format,
         "max_episodes_per_file": max_episodes_per_file,
@@ -221,7 +221,7 @@ def _finish(work: Path, result: Mapping[str, Any], settings: Mapping[str, Any]) 
     """Checks the shards the workers wrote and adds the dataset's JSON files to them."""
     from tensorflow_datasets.core import file_adapters
 
-    from rlds_writer.store import layout
+    from rlds_writer.store import file_io, json_values, layout
 
     plan, written = result["plan"], result["shards"]
     per_file = settings["max_episodes_per_file"]
@@ -241,11 +241,11 @@ def _finish(work: Path, result: Mapping[str, Any], settings: Mapping[str, Any]) 
         layout.TFDS_DEFAULT_TEMPLATE, settings["name"], settings["split"], settings["file_format"]
     )
     listing = layout.with_splits(
-        layout.read_json(work / layout.DATASET_INFO),
+        file_io.read_json(work / layout.DATASET_INFO),
         {settings["split"]: ([w["records"] for w in written], sum(w["bytes"] for w in written))},
         {settings["split"]: template},
     )
-    layout.atomic_write_text(work / layout.DATASET_INFO, layout.dumps_info(listing))
+    file_io.atomic_write_text(work / layout.DATASET_INFO, json_values.dumps_info(listing))
     terminated = sum(w["terminated"] for w in written)
     return ep.ConversionReport(
         source=settings["source"],
@@ -260,9 +260,9 @@ def _finish(work: Path, result: Mapping[str, Any], settings: Mapping[str, Any]) 
 def _publish(work: Path, dest: Path, mode: str) -> None:
     """Moves the finished dataset from `work` to `dest`, `dataset_info.json` last."""
     from rlds_writer.interop import staging
-    from rlds_writer.store import layout
+    from rlds_writer.store import file_io, layout
+    from rlds_writer.store.dataset_setup import check_mode
     from rlds_writer.store.locking import DirectoryLock
-    from rlds_writer.store.writer import check_mode
 
     if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
         staging.move_into_place(work, dest)  # one rename: all or nothing
@@ -280,6 +280,6 @@ def _publish(work: Path, dest: Path, mode: str) -> None:
         files = sorted(work.iterdir(), key=lambda p: p.name == layout.DATASET_INFO)
         for file in files:
             os.replace(file, dest / file.name)
-        layout.fsync_directory(dest)
+        file_io.fsync_directory(dest)
     finally:
         lock.release()

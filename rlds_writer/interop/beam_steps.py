@@ -139,8 +139,8 @@ def make_plan(scans: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[
 
 def dataset_info(schema: source_schema.Schema, settings: Mapping[str, Any]) -> Any:
     """The `tfds.core.DatasetInfo` the single-process writer builds for this schema."""
-    from rlds_writer.store import layout
-    from rlds_writer.store.writer import build_dataset_info
+    from rlds_writer.store import json_values
+    from rlds_writer.store.dataset_setup import build_dataset_info
 
     cfg = source_schema.dataset_config(
         schema,
@@ -150,7 +150,7 @@ def dataset_info(schema: source_schema.Schema, settings: Mapping[str, Any]) -> A
         **dict(settings["config_kwargs"] or {}),
     )
     metadata = settings["metadata"]
-    metadata = layout.jsonable(dict(metadata)) if metadata is not None else None
+    metadata = json_values.jsonable(dict(metadata)) if metadata is not None else None
     return build_dataset_info(
         cfg, settings["name"], settings["version"], settings["destination"], metadata
     )
@@ -220,7 +220,7 @@ def write_shard(
     """Writes one shard's episodes, in order (runs on a worker); returns what it holds."""
     from etils import epath
 
-    from rlds_writer.store import layout, shards
+    from rlds_writer.store import file_io, layout, shards
 
     shard, values = keyed
     values = sorted(values, key=lambda v: v[0])
@@ -231,7 +231,7 @@ def write_shard(
     )
     path = epath.Path(work) / template.filename(shard, plan["num_shards"])
     # A runner may retry the bundle: write aside, then replace.
-    temp = layout.temp_path(path)
+    temp = file_io.temp_path(path)
     writer = shards.open_writer(temp, settings["file_format"])
     try:
         for _, record, _, _ in values:
@@ -251,7 +251,7 @@ def write_shard(
 
 def write_result(written: list[dict[str, Any]], work: str, plan: Mapping[str, Any]) -> None:
     """Hands the driver the plan and the shards (one file in the staging directory)."""
-    from rlds_writer.store import layout
+    from rlds_writer.store import file_io
 
     failed = sorted((w for w in written if w["shard"] < 0), key=lambda w: w["item"])
     result = {"plan": dict(plan), "shards": sorted(written, key=lambda w: w["shard"])}
@@ -259,4 +259,4 @@ def write_result(written: list[dict[str, Any]], work: str, plan: Mapping[str, An
         result["error"] = plan["error"]
     elif failed:
         result["error"] = failed[0]["error"]
-    layout.atomic_write_text(os.path.join(work, RESULT), json.dumps(result))
+    file_io.atomic_write_text(os.path.join(work, RESULT), json.dumps(result))

@@ -54,6 +54,7 @@ from rlds_writer.record.config import (
 from rlds_writer.record.episode import StepFields, rlds_flags
 from rlds_writer.record.values import cast_value
 from rlds_writer.store.episode_data import Episode
+from rlds_writer.store.shards import DEFAULT_FILE_FORMAT
 from rlds_writer.store.writer import DatasetWriter
 
 _log = logging.getLogger(__name__)
@@ -237,7 +238,7 @@ def write_episodes(
     metadata: Mapping[str, Any] | None = None,
     split: str = "train",
     mode: str = "error",
-    file_format: str = "tfrecord",
+    file_format: str = DEFAULT_FILE_FORMAT,
     max_episodes_per_file: int = 1000,
     version: str = "1.0.0",
     progress: bool = False,

@@ -35,6 +35,9 @@ from typing import Any
 import tensorflow_datasets as tfds
 from etils import epath
 
+from rlds_writer.store import layout
+from rlds_writer.store import shards as shard_formats
+
 _DATASET_INFO = "dataset_info.json"
 _FEATURES = "features.json"
 _MAX_DEPTH = 3
@@ -169,7 +172,7 @@ def split_shards(sources: list[epath.Path]) -> dict[str, list[SourceShard]]:
 def _source_split_shards(source: epath.Path, source_index: int) -> dict[str, list[SourceShard]]:
     info = json.loads((source / _DATASET_INFO).read_text())
     name = info["name"]
-    file_format = info.get("fileFormat", "tfrecord") or "tfrecord"
+    file_format = layout.file_format_of(info)
     out: dict[str, list[SourceShard]] = {}
     for split in info.get("splits", []):
         lengths = [int(n) for n in split.get("shardLengths", [])]
@@ -190,23 +193,9 @@ def _source_split_shards(source: epath.Path, source_index: int) -> dict[str, lis
 
 
 def _read_records(shard: SourceShard) -> Iterator[tuple[int, bytes]]:
-    """Yields (record index, serialized episode) of one shard."""
-    if shard.file_format == "array_record":
-        from array_record.python import array_record_module
-
-        reader = array_record_module.ArrayRecordReader(shard.path)
-        try:
-            for index in range(reader.num_records()):
-                yield index, reader.read([index])[0]
-        finally:
-            reader.close()
-        return
-    if shard.file_format != "tfrecord":
-        raise NotImplementedError(f"{shard.path}: file format {shard.file_format!r}")
-    import tensorflow as tf
-
-    for index, record in enumerate(tf.data.TFRecordDataset(shard.path).as_numpy_iterator()):
-        yield index, record
+    """Yields (record index, serialized episode) of one shard; damage raises."""
+    records = shard_formats.adapter(shard.file_format).records(shard.path, strict=True)
+    yield from enumerate(records)
 
 
 def _materialize(value: Any) -> Any:

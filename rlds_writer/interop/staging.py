@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rlds_writer.store import layout, names
+from rlds_writer.store import file_io, names
 
 _PARTIAL = ".partial-"
 
@@ -88,7 +88,7 @@ def move_into_place(built: Path, final: Path) -> None:
             os.link(built, final)
         except FileExistsError:
             raise FileExistsError(f"{final}: appeared during the export; pass a new path") from None
-    layout.fsync_directory(final.parent)
+    file_io.fsync_directory(final.parent)
 
 
 def relabel(report: Any, staged: str, final: str) -> None:

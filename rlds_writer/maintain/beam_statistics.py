@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.maintain import field_statistics as fs
-from rlds_writer.store import layout
+from rlds_writer.store import file_io
 
 
 def _work_items(reader: Any, split: str) -> list[tuple[int, str]]:
@@ -155,7 +155,7 @@ def _finish(partial: dict[str, Any], split: str) -> dict[str, Any]:
 def _write(partial: dict[str, Any], split: str, fingerprint: str, output: str) -> None:
     stats = _finish(partial, split)
     stats["fingerprint"] = fingerprint
-    layout.atomic_write_text(output, json.dumps(stats, indent=1))
+    file_io.atomic_write_text(output, json.dumps(stats, indent=1))
 
 
 def beam_dataset_statistics(

@@ -38,7 +38,7 @@ from rlds_writer.errors import counted
 from rlds_writer.maintain.statistics import iter_step_columns
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.store import features as features_lib
-from rlds_writer.store import layout
+from rlds_writer.store import file_io, layout
 from rlds_writer.store.dataset import Dataset
 
 SAMPLE_ROWS = 100_000
@@ -276,7 +276,7 @@ def dataset_statistics(
         try:
             # A new temporary file created exclusively (never through a planted
             # link), then os.replace, which swaps a link itself, never its target.
-            layout.atomic_write_text(cache_path, json.dumps(stats, indent=1))
+            file_io.atomic_write_text(cache_path, json.dumps(stats, indent=1))
         except OSError:
             pass  # a read-only dataset: the statistics are still returned
     return stats

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from etils import epath
 
-from rlds_writer.store import layout
+from rlds_writer.store import file_io
 from rlds_writer.store.dataset import Dataset
 from rlds_writer.store.locate import not_a_dataset
 from rlds_writer.store.locking import DirectoryLock
@@ -63,8 +63,8 @@ def recover(
         lock = DirectoryLock(path, purpose="recover")
         lock.acquire()
     except OSError as e:
-        if layout.is_disk_full(e):
-            raise layout.disk_full_error(path, e, "taking its lock") from e
+        if file_io.is_disk_full(e):
+            raise file_io.disk_full_error(path, e, "taking its lock") from e
         raise
     try:
         return run_recovery(path, dry_run=False, verify_data=verify_data)

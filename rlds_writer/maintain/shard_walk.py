@@ -1,10 +1,10 @@
 """The one walk over a dataset's shard files that `info` and `validate` share.
 
-Each shard file is scanned as `recover` and the reader scan it
-(`store.tfrecord.scan`: length and data CRCs, resynchronising after a damaged
-header), through the `Dataset` handle: a local file is mapped, an object in
-storage is read by ranges. The walk reports facts (records found, damage,
-steps); each command words them its own way.
+Each shard file is walked by its format (`FileFormat.walk`, `store/shards.py`),
+as `recover` and the reader scan it (TFRecord: length and data CRCs,
+resynchronising after a damaged header), through the `Dataset` handle. The
+walk reports facts (records found, damage, steps); each command words them its
+own way.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Iterator
 
 from rlds_writer.errors import CorruptRecordError
-from rlds_writer.store import shards, tfrecord, wire
+from rlds_writer.store import shards, wire
 from rlds_writer.store.dataset import Dataset
 
 
@@ -68,42 +68,18 @@ def scan_shard(
       A `ShardScan`.
     """
     out = ShardScan(name, steps=None if count_steps_of is None else 0)
+
+    def add_steps(record: bytes) -> None:
+        out.steps = _add_steps(out.steps, record)
+
     try:
-        if dataset.file_format == "tfrecord":
-            _scan_tfrecord(dataset, out, verify_data, count_steps_of)
-        else:
-            _scan_array_record(dataset, out, count_steps_of)
+        walk = dataset.shard_format.walk(
+            dataset, name, verify_data=verify_data, visit=add_steps, visit_first=count_steps_of or 0
+        )
+        out.found, out.errors = walk.found, walk.errors
     except Exception as e:  # noqa: BLE001 - an open array_record shard, a link, a lost object
         out.unreadable = str(e)
     return out
-
-
-def _scan_tfrecord(
-    dataset: Dataset, out: ShardScan, verify_data: bool, count_steps_of: int | None
-) -> None:
-    source = dataset.open_file(out.name)
-    try:
-        if dataset.is_local:
-            # A mapped file: the fastest walk (the same scan as recover's).
-            scan = tfrecord.scan(dataset.file(out.name), verify_data=verify_data, resync=True)
-        else:
-            scan = tfrecord.scan_random(source, verify_data=verify_data, resync=True)
-        out.errors = scan.errors(dataset.file(out.name))
-        out.found = len(scan.spans)
-        for offset, length in scan.spans[: count_steps_of or 0]:
-            record = source.read_at(offset + tfrecord.HEADER_SIZE, length)
-            out.steps = _add_steps(out.steps, record)
-    finally:
-        source.close()
-
-
-def _scan_array_record(dataset: Dataset, out: ShardScan, count_steps_of: int | None) -> None:
-    # array_record's reader opens paths: a shard in object storage is copied (that shard only).
-    local = dataset.local_file(out.name)
-    for index, record in enumerate(iter_shard_records(local, "array_record")):
-        out.found += 1
-        if count_steps_of is not None and index < count_steps_of:
-            out.steps = _add_steps(out.steps, record)
 
 
 def _add_steps(steps: int | None, record: bytes) -> int | None:

@@ -49,8 +49,8 @@ from rlds_writer.read.decode import Decoder
 from rlds_writer.read.nest import flatten
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.read.transitions import episode_end
+from rlds_writer.store import end_reasons
 from rlds_writer.store import features as features_lib
-from rlds_writer.store import layout
 from rlds_writer.store.dataset import Dataset, open_handle
 
 _CORE_STEP_FIELDS = frozenset(
@@ -127,7 +127,7 @@ class _SplitAccumulator:
         self.steps += length
         if "is_terminal" in columns and bool(np.any(columns["is_terminal"])):
             self.terminated += 1
-        elif episode_end(columns) == layout.CUT_SHORT:
+        elif episode_end(columns) == end_reasons.CUT_SHORT:
             self.cut_short += 1
         else:
             self.truncated += 1
@@ -207,8 +207,8 @@ def iter_step_columns(reader: Any, split: str, leaves: Sequence[Any]) -> Iterato
     for where, record in reader.episodes(split).records():
         episode = decoder.decode(record, where)
         columns = {"/".join(path): np.asarray(v) for path, v in flatten(episode.get("steps", {}))}
-        if layout.END_REASON in episode:
-            columns[layout.END_REASON] = episode[layout.END_REASON]
+        if end_reasons.END_REASON in episode:
+            columns[end_reasons.END_REASON] = episode[end_reasons.END_REASON]
         yield columns
 
 
@@ -256,7 +256,7 @@ def compute_statistics(
         if unknown:
             raise ValueError(f"{path}: no split {unknown}; the dataset has splits {available}")
     leaves, metadata = _selected_leaves(reader.features)
-    end_leaf = [f for f in reader.features.episode_leaves if f.path == (layout.END_REASON,)]
+    end_leaf = [f for f in reader.features.episode_leaves if f.path == (end_reasons.END_REASON,)]
     out: dict[str, Any] = {
         "path": os.fspath(path),
         "name": reader.name,

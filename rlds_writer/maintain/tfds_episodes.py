@@ -6,10 +6,14 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from rlds_writer.store import shards
 
-def _file_format(builder: Any) -> str:
+
+def _tfds_reader(builder: Any) -> str:
+    """The builder method TFDS reads the builder's shard format with."""
     fmt = builder.info.file_format
-    return getattr(fmt, "value", fmt) or "tfrecord"
+    name = getattr(fmt, "value", fmt) or shards.DEFAULT_FILE_FORMAT
+    return shards.adapter(name).tfds_reader if name in shards.names() else "as_dataset"
 
 
 def stack_steps(steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -48,8 +52,8 @@ def decoded_episodes(builder: Any, split: str) -> Iterator[dict[str, Any]]:
         import tensorflow_datasets as tfds
 
         builder = tfds.builder_from_directory(os.fspath(builder))
-    if _file_format(builder) == "array_record":
-        # TFDS reads array_record through a random-access data source only.
+    if _tfds_reader(builder) == "as_data_source":
+        # TFDS reads this format (array_record) through a random-access data source only.
         for episode in builder.as_data_source(split=split):
             episode = dict(episode)
             episode["steps"] = stack_steps(list(episode["steps"]))

@@ -34,7 +34,6 @@ import numpy as np
 from rlds_writer.errors import CorruptRecordError, DecodeError, counted
 from rlds_writer.read.decode import Decoder, drop_final_step
 from rlds_writer.read.nest import flatten, map_tree, rows
-from rlds_writer.read.shards import SHARD_READERS
 from rlds_writer.read.splits import split_ranges
 from rlds_writer.read.transitions import (
     episode_end,
@@ -42,7 +41,7 @@ from rlds_writer.read.transitions import (
     qlearning_dataset,
     transition_batches,
 )
-from rlds_writer.store import layout
+from rlds_writer.store import end_reasons
 from rlds_writer.store.dataset import Dataset, open_handle
 
 _log = logging.getLogger(__name__)
@@ -193,15 +192,15 @@ class DatasetReader:
             cache = None
             if self.index_cache == "disk":
                 cache = os.path.join(self.path, _INDEX_DIR, os.path.basename(path) + ".npz")
-            cls = SHARD_READERS[self.file_format]
+            fmt = self.dataset.shard_format
             skip = self.on_corrupt == "skip"
             name = self.dataset.splits[split].shard_name(index)
             # Range reads, or, for a reader that opens paths, the local file (a cached
             # copy of a remote shard).
             opener = functools.partial(
-                self.dataset.local_file if cls.OPENS_PATHS else self.dataset.open_file, name
+                self.dataset.local_file if fmt.opens_paths else self.dataset.open_file, name
             )
-            shard = cls(
+            shard = fmt.open_reader(
                 path, self._split_lengths[split][index], self.verify_checksums, cache, skip, opener
             )
             self._shards[key] = shard
@@ -373,7 +372,7 @@ class Episodes(Sequence):
         episode: nothing on disk tells them apart.
         """
         for episode in self:
-            if episode_end(episode) != layout.CUT_SHORT:
+            if episode_end(episode) != end_reasons.CUT_SHORT:
                 yield episode
 
     def episode_lengths(self) -> np.ndarray:

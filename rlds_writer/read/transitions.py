@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.read.nest import flatten, map_tree
-from rlds_writer.store import layout
+from rlds_writer.store import end_reasons
 
 __all__ = [
     "CUT_SHORT_MODES",
@@ -45,7 +45,7 @@ __all__ = [
 # Episode-level fields that may say why an episode ended (the recorder's
 # field, plus names other tools use); the value `cut_short` marks an episode
 # the recorder ended itself.
-END_FIELDS = (layout.END_REASON, "end", "episode_end")
+END_FIELDS = (end_reasons.END_REASON, "end", "episode_end")
 CUT_SHORT_MODES = ("truncated", "drop")
 _STANDARD = ("observation", "action", "reward", "discount", "is_first", "is_last", "is_terminal")
 
@@ -68,7 +68,7 @@ def episode_end(episode: Mapping[str, Any]) -> str:
         for name in END_FIELDS:
             if name in where and not isinstance(where[name], Mapping):
                 value = _text(where[name]).strip().lower().replace(" ", "_")
-                if value in layout.END_REASONS:
+                if value in end_reasons.END_REASONS:
                     return value
     terminal = episode.get("steps", {}).get("is_terminal")
     if terminal is not None and len(terminal) and bool(terminal[-1]):

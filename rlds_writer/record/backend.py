@@ -33,6 +33,7 @@ from etils import epath
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.recorder import Recorder
 from rlds_writer.record.whole_episodes import episode_calls
+from rlds_writer.store.shards import DEFAULT_FILE_FORMAT
 
 _SLOT = 0
 
@@ -63,7 +64,7 @@ class TFDSBackendWriter:
         version: str = "0.0.1",
         store_ds_metadata: bool = True,
         ds_metadata: Mapping[str, Any] | None = None,
-        file_format: str = "tfrecord",
+        file_format: str = DEFAULT_FILE_FORMAT,
         mode: str = "error",
         **writer_kwargs: Any,
     ):

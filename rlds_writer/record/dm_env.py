@@ -17,7 +17,7 @@ from rlds_writer.errors import StepValueError
 from rlds_writer.record.backend import TFDSBackendWriter
 from rlds_writer.record.config import config_from_env
 from rlds_writer.record.recorder import user_fn_result
-from rlds_writer.store import layout
+from rlds_writer.store import end_reasons, json_values
 
 _FIRST = dm_env.StepType.FIRST
 _LAST = dm_env.StepType.LAST
@@ -65,7 +65,7 @@ class EnvLogger(dm_env.Environment):
 
             # The config is ours to build: it says why each episode ended.
             config = config_from_env(
-                env, name, episode_metadata_info={layout.END_REASON: tfds.features.Text()}
+                env, name, episode_metadata_info={end_reasons.END_REASON: tfds.features.Text()}
             )
             backend = TFDSBackendWriter(data_directory, config, **backend_kwargs)
         elif data_directory is not None or backend_kwargs:
@@ -86,7 +86,7 @@ class EnvLogger(dm_env.Environment):
             "reward_spec": env.reward_spec(),
             "discount_spec": env.discount_spec(),
         }
-        backend.update_metadata({**dict(metadata or {}), "env_specs": layout.jsonable(specs)})
+        backend.update_metadata({**dict(metadata or {}), "env_specs": json_values.jsonable(specs)})
 
     @property
     def backend(self) -> TFDSBackendWriter:

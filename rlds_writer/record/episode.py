@@ -25,8 +25,8 @@ from rlds_writer.record.appender import build_appender, compile_step_add
 from rlds_writer.record.columns import LargeArrayColumn, make_column, skip
 from rlds_writer.record.values import cast_value
 from rlds_writer.store import field_specs
+from rlds_writer.store.end_reasons import END_REASON
 from rlds_writer.store.episode_data import BufferPool, Episode
-from rlds_writer.store.layout import END_REASON
 
 _log = logging.getLogger(__name__)
 

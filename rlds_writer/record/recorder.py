@@ -39,9 +39,11 @@ from rlds_writer.record.spaces import (
     DEFAULT_JPEG_QUALITY,
     feature_from_values,
 )
-from rlds_writer.store import field_specs, layout
+from rlds_writer.store import end_reasons, field_specs
+from rlds_writer.store.dataset_setup import check_mode
+from rlds_writer.store.exit_close import close_at_exit
 from rlds_writer.store.object_path import as_path
-from rlds_writer.store.writer import DatasetWriter, check_mode, close_at_exit
+from rlds_writer.store.writer import DatasetWriter
 
 _log = logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ def user_fn_result(fn_name: str, result: Any, field: str) -> Mapping[str, Any] |
 
 
 def _env_end(terminated: bool) -> str:
-    return layout.TERMINATED if terminated else layout.TRUNCATED
+    return end_reasons.TERMINATED if terminated else end_reasons.TRUNCATED
 
 
 class _Zero:
@@ -267,7 +269,7 @@ class Recorder:
           cut_short: the recorder, not the env, ended it (`end_reason`).
         """
         split = split or self.split
-        reason = layout.CUT_SHORT if cut_short else _env_end(terminated)
+        reason = end_reasons.CUT_SHORT if cut_short else _env_end(terminated)
         if slot in self._stopped:
             self._stopped.discard(slot)
             return
@@ -365,7 +367,7 @@ class Recorder:
         import tensorflow_datasets as tfds
 
         # Declared first so a user's own `end_reason` feature wins the name.
-        episode_info = {layout.END_REASON: tfds.features.Text(), **episode_info}
+        episode_info = {end_reasons.END_REASON: tfds.features.Text(), **episode_info}
         config = self._make_config(dict(step_info), episode_info)
         kwargs = dict(self._writer_kwargs)
         self.writer = DatasetWriter(
@@ -450,7 +452,7 @@ class Recorder:
         self._pending.pop(slot, None)
         self._stopped.add(slot)
         if buffer is not None:
-            self._write(buffer, False, self.split, layout.CUT_SHORT)
+            self._write(buffer, False, self.split, end_reasons.CUT_SHORT)
         message = str(error)[len(error.path) + 2 :]
         return StepValueError(
             error.path,
@@ -462,7 +464,7 @@ class Recorder:
         return self._free.pop() if self._free else self._fields.new_buffer()
 
     def _write(self, buffer: Any, terminated: bool, split: str, reason: str) -> None:
-        buffer.set_episode_value(layout.END_REASON, reason)
+        buffer.set_episode_value(end_reasons.END_REASON, reason)
         episode = buffer.finish(terminated)
         self._free.append(buffer)  # empty again: reused for the next episode
         self.writer.write(episode, split)

@@ -32,7 +32,7 @@ from etils import epath
 
 from rlds_writer.errors import EpisodesLostError, counted
 from rlds_writer.record import rllib_sink
-from rlds_writer.store import layout
+from rlds_writer.store import file_io, layout
 
 STAGING = ".rlds_writer-staging"
 PIECE = 16 * 1024 * 1024  # bytes of a shard per call to the sink
@@ -83,7 +83,7 @@ class RunnerDelivery:
         if sink is None:
             return cls(output_root, None, False, {"worker_index": worker_index, "split": split})
         root = epath.Path(output_root)
-        shipping = layout.is_local(root) and not _seen_by(sink, root)
+        shipping = file_io.is_local(root) and not _seen_by(sink, root)
         return cls(output_root, sink, shipping, _identity(worker_index, split))
 
     def deliver(self, datasets: Mapping[epath.Path, tuple[str, int]], final: bool = False) -> None:
@@ -122,7 +122,7 @@ class RunnerDelivery:
             return mirror
         # The listing read first: every shard it names is closed and stays as it is.
         listing = info_path.read_bytes()
-        info = layout.read_json(info_path)
+        info = file_io.read_json(info_path)
         shipped = self._shipped.setdefault(dataset, set())
         templates = layout.split_templates(info)
         for split, (lengths, _) in layout.read_splits(info).items():
@@ -191,7 +191,7 @@ def listed_counts(directory: epath.Path) -> tuple[dict[str, int], list[str]]:
     """Episodes per split a dataset directory lists, and the listed shard files it lacks."""
     if not (directory / layout.DATASET_INFO).exists():
         return {}, []
-    info = layout.read_json(directory / layout.DATASET_INFO)
+    info = file_io.read_json(directory / layout.DATASET_INFO)
     templates = layout.split_templates(info)
     counts, missing = {}, []
     for split, (lengths, _) in layout.read_splits(info).items():

@@ -15,7 +15,7 @@ from etils import epath
 
 from rlds_writer.errors import DatasetExistsError, LockedError
 from rlds_writer.record import rllib_multiagent as multi
-from rlds_writer.store import layout
+from rlds_writer.store import file_io, layout
 from rlds_writer.store.locking import DirectoryLock
 from rlds_writer.store.merge import merge as merge_directories
 from rlds_writer.store.merge import writer_directory
@@ -131,7 +131,7 @@ def recorded_episode_counts(output_root: epath.PathLike) -> dict[str, int]:
     """Episodes per split over every runner directory (from `dataset_info.json`)."""
     counts: dict[str, int] = {}
     for path in all_runner_directories(output_root):
-        info = layout.read_json(path / layout.DATASET_INFO)
+        info = file_io.read_json(path / layout.DATASET_INFO)
         for split, (lengths, _) in layout.read_splits(info).items():
             counts[split] = counts.get(split, 0) + sum(lengths)
     return counts

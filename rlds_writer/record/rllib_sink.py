@@ -29,7 +29,7 @@ from typing import Any
 from etils import epath
 
 from rlds_writer.errors import LockedError, UnsafePathError, UnsupportedFeatureError
-from rlds_writer.store import layout
+from rlds_writer.store import file_io, layout
 from rlds_writer.store.locking import DirectoryLock
 
 # Files of a dataset directory a mirror receives after its shards, the listing last.
@@ -124,7 +124,7 @@ class EpisodeSink:
         if os.path.getsize(path) != size:
             raise OSError(f"{path}: received {os.path.getsize(path)} of {size} bytes")
         if self.fsync:
-            layout.fsync_file(path)
+            file_io.fsync_file(path)
         os.replace(path, self._target(incarnation, dataset, name))
 
     def commit(self, incarnation: str, dataset: str, files: dict[str, bytes]) -> None:
@@ -132,7 +132,7 @@ class EpisodeSink:
         for name in sorted(files, key=lambda n: n == LISTING):
             if name not in (*METADATA_FILES, LISTING):
                 raise UnsafePathError(f"runner sent {name!r}; a mirror takes only dataset JSON")
-            with layout.atomic_file(self._target(incarnation, dataset, name), self.fsync) as f:
+            with file_io.atomic_file(self._target(incarnation, dataset, name), self.fsync) as f:
                 f.write(files[name])
 
     def report(self, incarnation: str, report: dict[str, Any]) -> None:
@@ -181,7 +181,7 @@ def start_sink(output_root: str, fsync: bool) -> Any:
 
 def refuse_object_store_on_a_cluster(root: epath.PathLike) -> None:
     """Refuses an object-store output root when Ray runs on more than one node."""
-    if layout.is_local(root):
+    if file_io.is_local(root):
         return
     import ray
 
@@ -197,7 +197,7 @@ def start_driver_sink(root: epath.PathLike, opts: Mapping[str, Any]) -> Any:
     """The driver's sink for an `RLDSRecorder` (None without Ray or for an object-store root)."""
     import ray
 
-    if not ray.is_initialized() or not layout.is_local(root):
+    if not ray.is_initialized() or not file_io.is_local(root):
         return None
     fsync = bool((opts["writer_kwargs"] or {}).get("fsync", False))
     return start_sink(os.fspath(root), fsync)

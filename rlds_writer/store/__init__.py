@@ -4,7 +4,9 @@ Everything that knows how bytes sit on disk lives here: the dataset directory
 layout and shard names, the TFRecord frame, the protobuf wire primitives, the
 feature model (`features.py`: one vocabulary of feature kinds and one walk
 over feature specs, for `features.json` and for TFDS's feature objects), the
-episode encoder, the shard-format adapters, the background `DatasetWriter`,
+episode encoder, the shard file formats (`shards.py`: one `FileFormat` object
+per format, writing, reading, walking and repairing its shards), the
+background `DatasetWriter`,
 the directory lock, crash recovery and `merge` (the writer's append mode and
 the RLlib recorder need both).
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from rlds_writer.errors import IncompatibleDatasetError, UnsupportedFeatureError
 from rlds_writer.store import features as features_lib
-from rlds_writer.store import layout, storage
+from rlds_writer.store import file_io, layout, shards, storage
 from rlds_writer.store.locate import require_dataset
 
 
@@ -96,11 +96,11 @@ class Dataset:
         where = self.file(layout.DATASET_INFO)
         self.name = layout.check_name(self.info.get("name"), "dataset name", where)
         self.version = self.info.get("version", "")
-        self.file_format = self.info.get("fileFormat") or "tfrecord"
-        if self.file_format not in layout.FILE_FORMATS:
+        self.file_format = layout.file_format_of(self.info)
+        if self.file_format not in shards.names():
             raise UnsupportedFeatureError(
                 f"{where}: file format {self.file_format!r} is not supported "
-                f"({' and '.join(layout.FILE_FORMATS)} are)"
+                f"({' and '.join(shards.names())} are)"
             )
         # Names and counts are checked: a crafted file cannot point outside `path`.
         templates = layout.split_templates(self.info, where)
@@ -120,7 +120,7 @@ class Dataset:
           UnsupportedFeatureError: a feature kind or file format nobody reads.
         """
         text = os.fspath(path)
-        if not layout.is_local(text):
+        if not file_io.is_local(text):
             text = text.rstrip("/")
         backend = storage.storage_for(text)
         require_dataset(text, backend)
@@ -146,6 +146,11 @@ class Dataset:
     @property
     def is_local(self) -> bool:
         return self.storage.is_local
+
+    @property
+    def shard_format(self) -> Any:
+        """The `FileFormat` of its shards (`store.shards`): readers, walks, repairs."""
+        return shards.adapter(self.file_format)
 
     def file(self, name: str) -> str:
         """The path of file `name` of the directory."""

@@ -23,22 +23,18 @@ the same directory, then rename), so a reader never sees half of it.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import errno
-import json
+import functools
 import os
 import re
-import secrets
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, BinaryIO
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-import numpy as np
 from etils import epath
 
-from rlds_writer.errors import DiskFullError, IncompatibleDatasetError
-from rlds_writer.store import names, storage
+from rlds_writer.errors import IncompatibleDatasetError
+from rlds_writer.store import names, shards
 from rlds_writer.store.object_path import as_path
 
 DATASET_INFO = "dataset_info.json"
@@ -52,25 +48,31 @@ QUARANTINE_PREFIX = ".corrupt-"
 FILEPATH_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}"
 # What TFDS assumes when a split has no filepathTemplate (`tfds build` writes it).
 TFDS_DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
-# The shard formats the layout names (their code: `store.shards.FORMATS`), and
-# what a dataset_info.json without `fileFormat` means (TFDS's default).
-FILE_FORMATS = ("tfrecord", "array_record")
-DEFAULT_FILE_FORMAT = "tfrecord"
-# Episode-level Text field saying why an episode ended: the env terminated or
-# truncated it, or the recorder cut it short (reset or close mid-episode, a
-# refused value, interpreter exit). Recorders declare it unless the user gave a
-# full DatasetConfig without it; readers treat a missing field as unknown.
-END_REASON = "end_reason"
-TERMINATED, TRUNCATED, CUT_SHORT = "terminated", "truncated", "cut_short"
-END_REASONS = (TERMINATED, TRUNCATED, CUT_SHORT)
-
+# What a dataset_info.json without `fileFormat` means (TFDS's default); the
+# format names themselves come from the registry, `store.shards.names()`.
+DEFAULT_FILE_FORMAT = shards.DEFAULT_FILE_FORMAT
 # Temporary files: ours (`.x.tmp-<pid>-<random>`, older `.x.tmp-<pid>`, `.x.recover-tmp`).
 TEMP_FILE = re.compile(r"^\..+\.(tmp-\d+(-[0-9a-f]+)?|recover-tmp)$")
+
+
+@functools.lru_cache(maxsize=8)
+def _any_shard_pattern(formats: tuple[str, ...]) -> re.Pattern:
+    alternatives = "|".join(re.escape(f) for f in formats)
+    shard = rf"\.(?P<format>{alternatives})-\d{{5,}}(-of-\d{{5,}})?"
+    return re.compile(rf"^(?P<name>.+)-(?P<split>.+){shard}$")
+
+
+class _AnyShard:
+    """`match(name)`: a shard name of any registered format (`store.shards.names()`,
+    which `register` can extend), groups `name`, `split`, `format`."""
+
+    def match(self, name: str) -> re.Match | None:
+        return _any_shard_pattern(shards.names()).match(name)
+
+
 # Any shard name of any template TFDS or we write, for "does this look like a
 # dataset" checks; never used to decide which files belong to a split.
-ANY_SHARD = re.compile(
-    r"^(?P<name>.+)-(?P<split>.+)\.(?P<format>tfrecord|array_record)-\d{5,}(-of-\d{5,})?$"
-)
+ANY_SHARD = _AnyShard()
 _PLACEHOLDERS = (
     "{DATASET}",
     "{SPLIT}",
@@ -117,10 +119,10 @@ class ShardTemplate:
     def __post_init__(self) -> None:
         check_name(self.dataset, "dataset name")
         check_name(self.split, "split name")
-        if self.file_format not in FILE_FORMATS:
+        if self.file_format not in shards.names():
             raise IncompatibleDatasetError(
                 f"{DATASET_INFO}: file format {self.file_format!r} is not supported "
-                f"(expected one of {FILE_FORMATS})"
+                f"(expected one of {shards.names()})"
             )
         rest = self.template
         for placeholder in _PLACEHOLDERS:
@@ -253,137 +255,6 @@ def quarantine_name(name: str) -> str:
     return f"{QUARANTINE_PREFIX}{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
 
 
-def fsync_file(path: epath.PathLike) -> None:
-    """Makes a local file's content durable (no-op for remote paths)."""
-    if is_local(path):
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def fsync_directory(path: epath.PathLike) -> None:
-    """Makes renames, creations and deletions in a local directory durable."""
-    if is_local(path):
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def refuse_symlink(path: epath.PathLike, what: str) -> None:
-    """Raises if `path` is a symbolic link: we never write through one.
-
-    A crafted dataset could point its lock, journal or shard at a file
-    outside the directory; truncating or renaming through it would reach out.
-    """
-    if is_local(path) and os.path.islink(path):
-        raise IncompatibleDatasetError(
-            f"{path}: the {what} is a symbolic link (to {os.readlink(path)!r}); rlds_writer "
-            "never writes through links. Replace it with a regular file or remove it"
-        )
-
-
-def is_local(path: epath.PathLike) -> bool:
-    return not storage.is_remote(path)
-
-
-# Files we create never follow a link and never reuse an existing file: a
-# planted symbolic link at a temporary name must not make us write its target.
-_EXCLUSIVE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-
-
-def create_exclusive(path: epath.PathLike, *, replace_stale: bool = False) -> int:
-    """Creates the new file `path` for writing and returns its descriptor.
-
-    `O_CREAT | O_EXCL | O_NOFOLLOW`: fails if anything (a file, a symbolic
-    link) is at `path`, so nothing is ever written through a link.
-
-    Args:
-      path: a local path.
-      replace_stale: first remove what is at `path` (a leftover temporary file
-        of a killed run; removing a link removes the link, not its target).
-    """
-    if replace_stale:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    return os.open(path, _EXCLUSIVE, 0o666)
-
-
-def temp_path(path: epath.PathLike) -> epath.Path:
-    """A fresh, unguessable temporary name next to `path` (matched by `TEMP_FILE`)."""
-    path = epath.Path(path)
-    return path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(8)}"
-
-
-@contextlib.contextmanager
-def atomic_file(path: epath.PathLike, fsync: bool = False) -> Iterator[BinaryIO]:
-    """Yields a binary file that replaces `path` when the block ends without error.
-
-    The file is a new temporary one next to `path` (`temp_path`, created
-    exclusively, never through a link); on error it is removed and `path` is
-    unchanged. `os.replace` swaps a link at `path` itself, never its target.
-    """
-    path = epath.Path(path)
-    while True:
-        tmp = temp_path(path)
-        try:
-            fd = create_exclusive(tmp)
-            break
-        except FileExistsError:  # a name taken by chance (or planted): draw another
-            continue
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            if fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        # A full disk must not also leave half a file behind.
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if fsync:
-        fsync_directory(path.parent)
-
-
-def atomic_write_text(path: epath.PathLike, text: str, fsync: bool = False) -> None:
-    """Replaces `path` with `text` so that readers see the old or the new file."""
-    if is_local(path):
-        with atomic_file(path, fsync=fsync) as f:
-            f.write(text.encode("utf-8"))
-    else:
-        # Object stores replace an object whole (one PUT): no temporary, no rename.
-        storage.storage_for(path).replace_bytes(os.fspath(path), text.encode("utf-8"))
-
-
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-def is_disk_full(error: BaseException) -> bool:
-    """True for the errors a full disk or an exhausted quota raise."""
-    return isinstance(error, OSError) and error.errno in _DISK_FULL
-
-
-def disk_full_error(directory: epath.PathLike, error: OSError, doing: str) -> DiskFullError:
-    """Returns the one-line error for a disk that filled up while `doing` in `directory`."""
-    where = f" ({error.filename})" if error.filename else ""
-    return DiskFullError(
-        error.errno,
-        f"{directory}: the disk is full{where} while {doing}; nothing already written was "
-        "lost (shards are unchanged or kept as .corrupt- copies). Free some space and run "
-        f"the same command again, or `rlds-writer recover {directory}`",
-    )
-
-
-def read_json(path: epath.PathLike) -> Any:
-    path = os.fspath(path)
-    return json.loads(storage.storage_for(path).read_bytes(path))
-
-
 def holds_dataset(path: epath.PathLike) -> bool:
     """True if the directory holds a dataset (info file or any shard file)."""
     path = as_path(path)
@@ -465,86 +336,4 @@ def with_splits(
         entry = dict(old.get(name, {}))
         entry.update(split_entry(name, lengths, nbytes, template))
         out["splits"].append(entry)
-    return out
-
-
-_MISSING = "<missing>"
-
-
-def json_diff(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
-    """Lists (path, value in a, value in b) where two JSON values (e.g. features.json) differ.
-
-    A key present on one side only shows `<missing>` on the other.
-    """
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        out = []
-        for key in sorted(set(a) | set(b)):
-            sub = f"{path}/{key}" if path else str(key)
-            out.extend(json_diff(a.get(key, _MISSING), b.get(key, _MISSING), sub))
-        return out
-    return [] if a == b else [(path, a, b)]
-
-
-def dumps_info(info: Mapping[str, Any]) -> str:
-    return json.dumps(info, indent=2, sort_keys=True)
-
-
-def jsonable(value: Any) -> Any:
-    """Turns a metadata value into plain JSON types, never raising.
-
-    Numpy scalars and arrays become numbers and lists, tuples and sets become
-    lists, dm_env specs become dicts describing them, bytes are decoded, and
-    anything else unknown becomes its `repr`.
-    """
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return value if np.isfinite(value) else repr(value)
-    if isinstance(value, np.generic):
-        return jsonable(value.item())
-    if isinstance(value, np.ndarray):
-        return jsonable(value.tolist())
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.dtype):
-        return value.name
-    if isinstance(value, type):
-        return np.dtype(value).name if _is_dtype_like(value) else value.__name__
-    spec = _spec_to_dict(value)
-    if spec is not None:
-        return spec
-    return repr(value)
-
-
-def _is_dtype_like(value: Any) -> bool:
-    try:
-        np.dtype(value)
-        return True
-    except TypeError:
-        return False
-
-
-def _spec_to_dict(value: Any) -> dict[str, Any] | None:
-    """Describes a dm_env spec (Array, BoundedArray, DiscreteArray, StringArray)."""
-    try:
-        from dm_env import specs
-    except ImportError:  # pragma: no cover - dm_env is a core dependency
-        return None
-    if not isinstance(value, specs.Array):
-        return None
-    out: dict[str, Any] = {
-        "spec": type(value).__name__,
-        "shape": list(value.shape),
-        "dtype": np.dtype(value.dtype).name if value.dtype is not None else None,
-        "name": value.name,
-    }
-    if isinstance(value, specs.BoundedArray):
-        out["minimum"] = jsonable(value.minimum)
-        out["maximum"] = jsonable(value.maximum)
-    if isinstance(value, specs.DiscreteArray):
-        out["num_values"] = int(value.num_values)
     return out

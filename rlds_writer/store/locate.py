@@ -16,7 +16,7 @@ from typing import Any
 from etils import epath
 
 from rlds_writer.errors import NotADatasetError
-from rlds_writer.store import layout, storage
+from rlds_writer.store import file_io, layout, storage
 
 # How far below a directory to look for datasets, and how many directory
 # entries to read at most: a user who passes their home directory gets an
@@ -33,7 +33,7 @@ def require_dataset(path: epath.PathLike, backend: Any = None) -> None:
       path: the directory.
       backend: the `store.storage` object that reaches it (default: the one for `path`).
     """
-    if layout.is_local(path):
+    if file_io.is_local(path):
         # os.path, not epath: the reader must not look for TensorFlow (epath does).
         root = os.fspath(path)
         if all(os.path.isfile(os.path.join(root, f)) for f in _FILES):
@@ -52,7 +52,7 @@ def require_dataset(path: epath.PathLike, backend: Any = None) -> None:
 def not_a_dataset(path: epath.PathLike) -> NotADatasetError:
     """The error for `path`, which is not a dataset: what is there, and datasets below it."""
     shown = os.fspath(path)
-    if not layout.is_local(path):
+    if not file_io.is_local(path):
         backend = storage.storage_for(shown)
         if backend.exists(backend.join(shown.rstrip("/"), layout.DATASET_INFO)):
             return NotADatasetError(shown, f"it has no {layout.FEATURES}")

@@ -31,7 +31,7 @@ from typing import Any
 from etils import epath
 
 from rlds_writer.errors import LockedError
-from rlds_writer.store import layout, storage
+from rlds_writer.store import file_io, layout, storage
 from rlds_writer.store.object_path import as_path
 
 _log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ def read_holder(directory: epath.PathLike) -> dict[str, Any] | None:
     """Returns the content of a directory's lock file, or None if there is none."""
     path = as_path(directory) / layout.LOCK
     try:
-        if layout.is_local(path):
+        if file_io.is_local(path):
             # Never read through a link: a crafted lock could point anywhere.
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
             try:
@@ -129,7 +129,7 @@ def is_locked(directory: epath.PathLike) -> bool:
     path = as_path(directory) / layout.LOCK
     if not path.exists():
         return False
-    if layout.is_local(path) and fcntl is not None:
+    if file_io.is_local(path) and fcntl is not None:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except (FileNotFoundError, OSError):  # gone, or a link we do not follow
@@ -209,8 +209,8 @@ class DirectoryLock:
         """
         if self._held:
             raise RuntimeError(f"{self.path} is already held by this lock object")
-        layout.refuse_symlink(self.path, "lock file")
-        if layout.is_local(self.path) and fcntl is not None:
+        file_io.refuse_symlink(self.path, "lock file")
+        if file_io.is_local(self.path) and fcntl is not None:
             try:
                 self._acquire_flock()
                 return
@@ -293,7 +293,7 @@ class DirectoryLock:
         raise LockedError(f"could not take the lock {self.path}")
 
     def _try_create(self) -> bool:
-        if layout.is_local(self.path):
+        if file_io.is_local(self.path):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
             except FileExistsError:

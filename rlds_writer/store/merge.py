@@ -32,7 +32,7 @@ from typing import Any
 from etils import epath
 
 from rlds_writer.errors import DatasetExistsError, IncompatibleDatasetError, MergeError, counted
-from rlds_writer.store import layout, recovery
+from rlds_writer.store import file_io, json_values, layout, recovery
 from rlds_writer.store.locate import not_a_dataset
 from rlds_writer.store.locking import DirectoryLock
 from rlds_writer.store.object_path import as_path, copy_file
@@ -167,7 +167,7 @@ def merge(
         resumed = journal_path.exists()
         recovered: dict[str, str] = {}
         if resumed:
-            layout.refuse_symlink(journal_path, "merge journal")
+            file_io.refuse_symlink(journal_path, "merge journal")
             plan = json.loads(journal_path.read_text())
             _check_resume(plan, names, move, dest)
             for source in source_paths:
@@ -188,13 +188,13 @@ def merge(
                     if report.changed:
                         recovered[os.fspath(source)] = report.summary()
             plan = _make_plan(source_paths, move)
-            layout.atomic_write_text(journal_path, json.dumps(plan, indent=1), fsync=True)
+            file_io.atomic_write_text(journal_path, json.dumps(plan, indent=1), fsync=True)
         counts = _execute(plan, dest)
         _commit(plan, dest)
         if move:
             _remove_sources(plan, locks[1:])
         journal_path.unlink()
-        layout.fsync_directory(dest)
+        file_io.fsync_directory(dest)
     finally:
         for lock in reversed(locks):
             lock.release()
@@ -218,10 +218,10 @@ def merge(
 
 
 def _same_dir(dest: epath.Path, sources: list[epath.Path]) -> bool:
-    if not layout.is_local(dest):
+    if not file_io.is_local(dest):
         return False
     return any(
-        layout.is_local(s) and os.path.realpath(s) == os.path.realpath(dest) for s in sources
+        file_io.is_local(s) and os.path.realpath(s) == os.path.realpath(dest) for s in sources
     )
 
 
@@ -260,15 +260,15 @@ def _check_resume(plan: dict[str, Any], names: list[str], move: bool, dest: epat
 
 def _read_source(source: epath.Path) -> dict[str, Any]:
     for filename in (layout.DATASET_INFO, layout.FEATURES, layout.METADATA):
-        layout.refuse_symlink(source / filename, filename)
-    info = layout.read_json(source / layout.DATASET_INFO)
+        file_io.refuse_symlink(source / filename, filename)
+    info = file_io.read_json(source / layout.DATASET_INFO)
     where = os.fspath(source / layout.DATASET_INFO)
     layout.split_templates(info, where)  # names that stay inside the directory
     layout.read_splits(info, where)
     features_text = (source / layout.FEATURES).read_text()
     metadata = None
     if (source / layout.METADATA).exists():
-        metadata = layout.read_json(source / layout.METADATA)
+        metadata = file_io.read_json(source / layout.METADATA)
     return {
         "path": source,
         "info": info,
@@ -293,7 +293,7 @@ def _check_compatible(read: list[dict[str, Any]]) -> None:
             problems.append(f"{where}: file format {fb!r} != {fa!r}")
         problems.extend(
             f"{where}: features differ at {path}: {b!r} != {a!r}"
-            for path, a, b in layout.json_diff(first["features"], other["features"])
+            for path, a, b in json_values.json_diff(first["features"], other["features"])
         )
     if problems:
         raise IncompatibleDatasetError("cannot merge: " + "; ".join(problems))
@@ -352,7 +352,7 @@ def _make_plan(sources: list[epath.Path], move: bool) -> dict[str, Any]:
                 src = r["path"] / template.filename(index, len(src_lengths))
                 if not src.exists():
                     raise MergeError(f"{src} is listed in its dataset_info.json but missing")
-                layout.refuse_symlink(src, "shard file")
+                file_io.refuse_symlink(src, "shard file")
                 steps.append(
                     {
                         "src": os.fspath(src),
@@ -373,7 +373,7 @@ def _make_plan(sources: list[epath.Path], move: bool) -> dict[str, Any]:
         if not child.name.startswith(".")
         and child.name not in (layout.DATASET_INFO, layout.METADATA)
         and not layout.ANY_SHARD.match(child.name)
-        and not (layout.is_local(child) and os.path.islink(child))
+        and not (file_io.is_local(child) and os.path.islink(child))
         and child.is_file()
     }
     return {
@@ -398,14 +398,14 @@ def _no_follow(path: str, flags: int) -> int:
 def _copy(src: epath.Path, dst: epath.Path) -> None:
     """Copies `src` so that `dst` only ever appears complete."""
     tmp = dst.parent / f".{dst.name}.merge-tmp"
-    if layout.is_local(src) and layout.is_local(dst):
+    if file_io.is_local(src) and file_io.is_local(dst):
         # A killed run's partial copy (or a planted link) is removed, never written through.
-        fd = layout.create_exclusive(tmp, replace_stale=True)
+        fd = file_io.create_exclusive(tmp, replace_stale=True)
         with os.fdopen(fd, "wb") as out, open(src, "rb", opener=_no_follow) as inp:
             shutil.copyfileobj(inp, out, 1 << 20)
             out.flush()
             os.fsync(out.fileno())
-    elif not layout.is_local(dst):
+    elif not file_io.is_local(dst):
         # An object appears only complete (one upload or server-side copy): no
         # temporary name, and no rename (object stores have none).
         copy_file(src, dst, overwrite=True)
@@ -435,7 +435,7 @@ def _execute(plan: dict[str, Any], dest: epath.Path) -> dict[str, int]:
             raise MergeError(f"{src} is gone; the merge plan needs it for {dst}")
         if plan["move"]:
             try:
-                if not (layout.is_local(src) and layout.is_local(dst)):
+                if not (file_io.is_local(src) and file_io.is_local(dst)):
                     # Object storage has no rename: copy, then delete (the journal
                     # finishes a move killed between the two).
                     raise OSError(errno.EXDEV, "not one file system")
@@ -454,14 +454,14 @@ def _execute(plan: dict[str, Any], dest: epath.Path) -> dict[str, int]:
 
 def _commit(plan: dict[str, Any], dest: epath.Path) -> None:
     for filename, text in plan["files"].items():
-        layout.atomic_write_text(dest / filename, text, fsync=True)
+        file_io.atomic_write_text(dest / filename, text, fsync=True)
     if plan["metadata"] is not None:
-        layout.atomic_write_text(
+        file_io.atomic_write_text(
             dest / layout.METADATA, json.dumps(plan["metadata"], indent=2), fsync=True
         )
-    layout.fsync_directory(dest)
-    layout.atomic_write_text(
-        dest / layout.DATASET_INFO, layout.dumps_info(plan["dataset_info"]), fsync=True
+    file_io.fsync_directory(dest)
+    file_io.atomic_write_text(
+        dest / layout.DATASET_INFO, json_values.dumps_info(plan["dataset_info"]), fsync=True
     )
 
 

@@ -43,7 +43,7 @@ from typing import Any
 from etils import epath
 
 from rlds_writer.errors import IncompatibleDatasetError, RecoveryError, counted
-from rlds_writer.store import layout, shards
+from rlds_writer.store import file_io, json_values, layout, shards
 from rlds_writer.store.locate import not_a_dataset
 
 _log = logging.getLogger(__name__)
@@ -155,8 +155,8 @@ def run_recovery(path: epath.Path, dry_run: bool, verify_data: bool) -> Recovery
     try:
         return _Recovery(path, dry_run, verify_data).run()
     except OSError as e:
-        if layout.is_disk_full(e):
-            raise layout.disk_full_error(path, e, "recovering it") from e
+        if file_io.is_disk_full(e):
+            raise file_io.disk_full_error(path, e, "recovering it") from e
         raise
 
 
@@ -207,14 +207,14 @@ class _Recovery:
             self.changed = True
             if not self.dry_run:
                 if self.dir_dirty:
-                    layout.fsync_directory(self.path)
-                layout.atomic_write_text(
+                    file_io.fsync_directory(self.path)
+                file_io.atomic_write_text(
                     self.path / layout.DATASET_INFO,
-                    layout.dumps_info(layout.with_splits(info, new_splits, templates)),
+                    json_values.dumps_info(layout.with_splits(info, new_splits, templates)),
                     fsync=True,
                 )
         elif self.dir_dirty and not self.dry_run:
-            layout.fsync_directory(self.path)
+            file_io.fsync_directory(self.path)
         report = RecoveryReport(
             path=os.fspath(self.path),
             file_format=file_format,
@@ -252,7 +252,7 @@ class _Recovery:
         info = None
         for filename in (layout.DATASET_INFO, layout.FEATURES):
             try:
-                content = layout.read_json(self.path / filename)
+                content = file_io.read_json(self.path / filename)
             except FileNotFoundError:
                 problems.append(f"{filename} is missing")
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -286,7 +286,7 @@ class _Recovery:
             for filename in (layout.DATASET_INFO, layout.FEATURES, layout.METADATA):
                 with contextlib.suppress(FileNotFoundError):
                     (self.path / filename).unlink()
-            layout.fsync_directory(self.path)
+            file_io.fsync_directory(self.path)
         return RecoveryReport(
             path=os.fspath(self.path),
             file_format="",
@@ -319,7 +319,7 @@ class _Recovery:
         file_format = shards.adapter(template.file_format)
         files = template.files_on_disk(self.path)
         for file in files.values():
-            layout.refuse_symlink(file, "shard file")
+            file_io.refuse_symlink(file, "shard file")
         last_index = max(files) if files else -1
         kept: list[tuple[epath.Path, ShardReport]] = []
         for index, file in files.items():

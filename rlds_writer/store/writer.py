@@ -5,45 +5,42 @@ by the calling thread when the writer thread is idle; others go through a
 queue bounded in count and bytes to one background thread. Each record is
 encoded, appended to the open shard of its split and handed to the OS at once
 (per-episode durability). Every `commit_interval` seconds (and at `flush` and
-`close`) the open shards are closed and `dataset_info.json` is replaced
-atomically, listing closed shards only: a listed shard never grows, so a
-reader opening the dataset at any moment (TFDS checks each shard's count)
-loads exactly what was committed. Commits follow the clock, not rotations, so
-their cost per episode stays flat however many shards there are. The env loop
+`close`) the open shards are closed and `dataset_info.json` lists them
+(`split_shards.py`); commits follow the clock, not rotations, so their cost
+per episode stays flat however many shards there are. The env loop
 only waits when the queue is full. An error in the thread is raised to the
 caller at the next call and at `close()`; it is never swallowed.
 """
 
 from __future__ import annotations
 
-import atexit
 import functools
 import logging
-import os
 import queue
 import threading
 import time
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from etils import epath
 
-from rlds_writer.errors import (
-    DatasetExistsError,
-    IncompatibleDatasetError,
-    WriterClosedError,
-    WriterFailedError,
+from rlds_writer.errors import WriterClosedError, WriterFailedError
+from rlds_writer.store import (
+    dataset_setup,
+    encoding,
+    exit_close,
+    field_specs,
+    json_values,
+    layout,
+    shards,
 )
-from rlds_writer.store import encoding, field_specs, layout, recovery, shards
+from rlds_writer.store.dataset_setup import build_dataset_info
 from rlds_writer.store.episode_data import Episode
 from rlds_writer.store.locking import DirectoryLock
 from rlds_writer.store.object_path import as_path
+from rlds_writer.store.split_shards import SplitShards
 
 _log = logging.getLogger(__name__)
-
-MODES = ("error", "append", "overwrite")
-
 
 # Seconds the writer thread waits for more episodes after draining its queue.
 _BATCH_DELAY = 0.005
@@ -53,99 +50,8 @@ _BATCH_BELOW = 1 << 20
 _INLINE_BELOW = 256 << 10
 
 
-def open_shard(path: epath.Path, file_format: str, fsync: bool) -> shards.ShardWriter:
-    """Opens a new shard file. A seam for fault-injection tests."""
-    return shards.open_writer(path, file_format, fsync)
-
-
-class _SplitState:
-    """Shards of one split: the closed ones and the open one."""
-
-    def __init__(self, name: str, lengths: list[int], num_bytes: int):
-        self.name = name
-        self.lengths = list(lengths)
-        self.num_bytes = num_bytes
-        self.shard: shards.ShardWriter | None = None
-
-    def committed(self) -> tuple[list[int], int]:
-        """The closed shards: the only ones ever listed (a listed shard never grows)."""
-        return list(self.lengths), self.num_bytes
-
-
 _FLUSH = "flush"
 _CLOSE = "close"
-_OPEN_WRITERS: weakref.WeakSet = weakref.WeakSet()
-
-
-# Recorders (adapters' open episodes) closed at exit before the bare writers.
-_OPEN_RECORDERS: weakref.WeakSet = weakref.WeakSet()
-
-
-def close_at_exit(recorder: Any) -> None:
-    """Closes `recorder` (anything with `close()`) at interpreter exit, held weakly.
-
-    A recorder holds an open episode its writer knows nothing of; closing it
-    first writes that episode, cut short, before the writers close.
-    """
-    _OPEN_RECORDERS.add(recorder)
-
-
-@atexit.register
-def _close_open_writers() -> None:
-    for recorder in list(_OPEN_RECORDERS):
-        try:
-            recorder.close()
-        except Exception as e:  # noqa: BLE001
-            _log.error("closing a recorder at exit failed: %s", e)
-    for writer in list(_OPEN_WRITERS):
-        try:
-            writer.close()
-        except Exception as e:  # noqa: BLE001
-            _log.error("closing %s at exit failed: %s", writer.path, e)
-
-
-def build_dataset_info(
-    ds_config: Any,
-    name: str,
-    version: str,
-    data_directory: epath.PathLike,
-    metadata: Mapping[str, Any] | None = None,
-) -> Any:
-    """Returns the `tfds.core.DatasetInfo` of an RLDS dataset config."""
-    import tensorflow_datasets as tfds
-    from tensorflow_datasets.rlds import rlds_base
-
-    identity = tfds.core.DatasetIdentity(
-        name=name,
-        version=tfds.core.Version(version),
-        data_dir=os.fspath(data_directory),
-        module_name="",
-    )
-    return rlds_base.build_info(
-        ds_config, identity, ds_metadata=dict(metadata) if metadata else None
-    )
-
-
-def check_mode(path: epath.PathLike, mode: str) -> bool:
-    """Refuses `mode="error"` on a directory that holds a dataset (before anything is recorded).
-
-    Returns:
-      Whether `path` holds a dataset.
-
-    Raises:
-      ValueError: `mode` is not one of `MODES`.
-      DatasetExistsError: the directory holds a dataset and mode is `error`.
-    """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    exists = layout.holds_dataset(path)
-    if mode == "error" and exists:
-        raise DatasetExistsError(
-            f"{path} already holds a dataset. Pass mode='append' to add episodes "
-            "to it or mode='overwrite' to replace it.",
-            directory=os.fspath(path),
-        )
-    return exists
 
 
 class DatasetWriter:
@@ -202,10 +108,8 @@ class DatasetWriter:
         commit_interval: float = 10.0,
         image_workers: int = 2,
     ):
-        if file_format not in layout.FILE_FORMATS:
-            raise ValueError(
-                f"file_format must be one of {layout.FILE_FORMATS}, got {file_format!r}"
-            )
+        if file_format not in shards.names():
+            raise ValueError(f"file_format must be one of {shards.names()}, got {file_format!r}")
         if max_episodes_per_file < 1:
             raise ValueError(f"max_episodes_per_file must be >= 1, got {max_episodes_per_file}")
         self.path = as_path(data_directory)
@@ -216,7 +120,7 @@ class DatasetWriter:
         self.max_episodes_per_file = max_episodes_per_file
         self.fsync = fsync
         self.commit_interval = commit_interval
-        self._metadata = layout.jsonable(dict(metadata)) if metadata is not None else None
+        self._metadata = json_values.jsonable(dict(metadata)) if metadata is not None else None
 
         self.info = build_dataset_info(ds_config, self.name, version, self.path, self._metadata)
         self.features = self.info.features
@@ -229,7 +133,19 @@ class DatasetWriter:
         self._lock = DirectoryLock(self.path)
         self._lock.acquire()
         try:
-            self._splits = self._prepare_directory(mode)
+            prepared = dataset_setup.prepare_directory(
+                self.path,
+                self.info,
+                mode=mode,
+                name=self.name,
+                file_format=file_format,
+                split=split,
+                metadata=self._metadata,
+            )
+            self._metadata = prepared.metadata
+            self._shards = SplitShards(
+                self.path, self.name, file_format, fsync, max_episodes_per_file, prepared
+            )
         except BaseException:
             self._lock.release()
             self.encoder.close()
@@ -258,117 +174,7 @@ class DatasetWriter:
             target=self._run, name=f"rlds_writer[{self.path.name}]", daemon=True
         )
         self._thread.start()
-        _OPEN_WRITERS.add(self)
-
-    # ------------------------------------------------------------------ setup
-
-    def _prepare_directory(self, mode: str) -> dict[str, _SplitState]:
-        exists = check_mode(self.path, mode)
-        if exists and mode == "overwrite":
-            self._delete_dataset_files()
-            exists = False
-        if exists:
-            return self._open_for_append()
-        self._create()
-        return {self.default_split: _SplitState(self.default_split, [], 0)}
-
-    def _delete_dataset_files(self) -> None:
-        # Shards of every naming TFDS or we use (`-00000` and `-00000-of-00004`).
-        pattern = layout.ANY_SHARD
-        for child in self.path.iterdir():
-            if child.name in (
-                layout.DATASET_INFO,
-                layout.FEATURES,
-                layout.METADATA,
-            ) or pattern.match(child.name):
-                child.unlink()
-
-    def _create(self) -> None:
-        from tensorflow_datasets.core import file_adapters
-
-        self.info.set_file_format(file_adapters.FileFormat.from_value(self.file_format))
-        if layout.is_local(self.path):
-            self.info.write_to_directory(self.path)
-        else:
-            self._write_info_remotely()
-        self._info_json = layout.read_json(self.path / layout.DATASET_INFO)
-        self._templates = {}
-        self._commit_splits({self.default_split: _SplitState(self.default_split, [], 0)})
-
-    def _write_info_remotely(self) -> None:
-        """TFDS's files, made in a local directory and uploaded (TFDS would write
-        through TensorFlow's file system and rename); dataset_info.json last."""
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="rlds_writer-info-") as tmp:
-            self.info.write_to_directory(tmp)
-            names = sorted(os.listdir(tmp), key=lambda n: n == layout.DATASET_INFO)
-            for name in names:
-                with open(os.path.join(tmp, name), "rb") as f:
-                    data = f.read()
-                (self.path / name).write_bytes(data)
-
-    def _open_for_append(self) -> dict[str, _SplitState]:
-        # Headers of every record are checked; data CRCs only in each split's last
-        # shard (where a crash tears) and in shards whose count is off.
-        report = recovery.run_recovery(self.path, dry_run=False, verify_data=False)
-        if report.changed:
-            _log.warning("recovered %s before appending: %s", self.path, report.summary())
-        if not (self.path / layout.DATASET_INFO).exists():
-            # Its creation was interrupted before any episode: start it afresh.
-            self._create()
-            return {self.default_split: _SplitState(self.default_split, [], 0)}
-        existing = layout.read_json(self.path / layout.DATASET_INFO)
-        problems = []
-        if existing.get("name") != self.name:
-            problems.append(f"name: dataset has {existing.get('name')!r}, writer has {self.name!r}")
-        fmt = layout.file_format_of(existing)
-        if fmt != self.file_format:
-            problems.append(f"file_format: dataset has {fmt!r}, writer has {self.file_format!r}")
-        templates = layout.split_templates(existing)
-        from google.protobuf import json_format
-
-        # features.json is the FeaturesDict proto as JSON (TFDS's save_config).
-        diff = layout.json_diff(
-            layout.read_json(self.path / layout.FEATURES),
-            json_format.MessageToDict(self.features.to_proto()),
-        )
-        if diff:
-            problems.append(
-                "features differ:\n"
-                + "\n".join(f"  {path}: dataset has {a!r}, writer has {b!r}" for path, a, b in diff)
-            )
-        if problems:
-            raise IncompatibleDatasetError(f"cannot append to {self.path}: " + "; ".join(problems))
-        splits = {
-            name: _SplitState(name, lengths, nbytes)
-            for name, (lengths, nbytes) in layout.read_splits(existing).items()
-        }
-        # A split whose shard names hold the shard count (`tfds build`'s
-        # `-00000-of-00004`) gets that count pinned in its template before any
-        # shard is added: its shards keep their names, new ones continue the
-        # sequence (`-00004-of-00004`, ...), and dataset_info.json never lists
-        # a template its files do not follow (docs/durability.md).
-        pinned = {
-            split: template.pinned(len(splits[split].lengths) if split in splits else 0)
-            for split, template in templates.items()
-        }
-        self._templates = pinned
-        self._info_json = existing
-        if pinned != templates:
-            _log.info(
-                "%s: pinned the shard count in %s so shards can be added without renaming",
-                self.path,
-                ", ".join(f"{s}'s filepathTemplate" for s in pinned if pinned[s] != templates[s]),
-            )
-            self._commit_splits(splits)
-        if self._metadata is not None:
-            if (self.path / layout.METADATA).exists():
-                # Keep the keys earlier runs recorded; the new ones win.
-                self._metadata = {**layout.read_json(self.path / layout.METADATA), **self._metadata}
-            self._write_metadata(self._metadata)
-        splits.setdefault(self.default_split, _SplitState(self.default_split, [], 0))
-        return splits
+        exit_close.close_writer_at_exit(self)
 
     # ---------------------------------------------------------------- public
 
@@ -452,7 +258,7 @@ class DatasetWriter:
         if self._closed:
             return
         self._closed = True
-        _OPEN_WRITERS.discard(self)
+        exit_close.closed(self)
         if self._thread.is_alive():
             done = threading.Event()
             self._queue.put((_CLOSE, done))
@@ -472,8 +278,8 @@ class DatasetWriter:
 
     def set_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Replaces `metadata.json` (atomically) with JSON-safe `metadata`."""
-        self._metadata = layout.jsonable(dict(metadata))
-        self._write_metadata(self._metadata)
+        self._metadata = json_values.jsonable(dict(metadata))
+        self._shards.write_metadata(self._metadata)
 
     def __enter__(self) -> DatasetWriter:
         return self
@@ -484,7 +290,7 @@ class DatasetWriter:
     @property
     def splits(self) -> dict[str, tuple[list[int], int]]:
         """Split name -> (shard lengths, bytes) as last committed or in progress."""
-        return {name: state.committed() for name, state in self._splits.items()}
+        return self._shards.listing()
 
     # ---------------------------------------------------------------- thread
 
@@ -524,12 +330,12 @@ class DatasetWriter:
         kind, payload = item
         if kind == _CLOSE:
             if self._error is not None:
-                self._close_shards_after_failure()
+                self._shards.close_after_failure()
             self._guarded(self._finish)
             payload.set()
             return True
         if kind == _FLUSH:
-            self._guarded(self._flush_and_commit)
+            self._guarded(self._commit)
             payload.set()
             return False
         if self._error is None:
@@ -561,23 +367,14 @@ class DatasetWriter:
             episode.episode_values,
             upcoming=self._upcoming_columns,
         )
-        state = self._splits.get(split)
-        if state is None:
-            state = self._splits[split] = _SplitState(split, [], 0)
-        if state.shard is None:
-            index = len(state.lengths)
-            path = self.path / self._template(split).filename(index, 0)
-            state.shard = open_shard(path, self.file_format, self.fsync)
-        state.shard.write(parts, length)
-        state.shard.flush()
+        self._shards.append(split, parts, length)
         del parts
         episode.release()
         self.episodes_written += 1
         self.steps_written += episode.num_steps
         self.bytes_written += length
         self._dirty = True
-        if state.shard.num_records >= self.max_episodes_per_file:
-            self._rotate(state)
+        self._shards.rotate_if_full(split)
         # Commits follow the clock, not rotations: their cost (O(shards) of JSON)
         # stays flat per episode however small the shards are. An episode written
         # inline leaves the commit to the writer thread, which wakes for it on
@@ -585,71 +382,18 @@ class DatasetWriter:
         if commit and time.monotonic() - self._last_commit >= self.commit_interval:
             self._commit()
 
-    def _template(self, split: str) -> layout.ShardTemplate:
-        """How `split`'s shards are named: the dataset's template, or ours for a new split."""
-        template = self._templates.get(split)
-        if template is None:
-            template = self._templates[split] = layout.ShardTemplate(
-                layout.FILEPATH_TEMPLATE, self.name, split, self.file_format
-            )
-        return template
-
-    def _rotate(self, state: _SplitState) -> None:
-        shard = state.shard
-        state.shard = None
-        shard.close()
-        state.lengths.append(shard.num_records)
-        state.num_bytes += shard.num_bytes
-
-    def _flush_and_commit(self) -> None:
-        self._commit()
-
-    def _close_shards_after_failure(self) -> None:
-        """Closes the open shards, best effort, so that their complete records reach
-        the OS; `dataset_info.json` is left to `recover`."""
-        for state in self._splits.values():
-            shard, state.shard = state.shard, None
-            if shard is not None:
-                try:
-                    shard.close()
-                except Exception as e:  # noqa: BLE001 - the first error is the one raised
-                    _log.error("closing %s after the failure failed too: %r", shard.path, e)
-
     def _finish(self) -> None:
-        for state in self._splits.values():
-            if state.shard is not None:
-                self._rotate(state)
-        self._commit()
+        self._shards.finish()
+        self._committed()
 
     def _commit_if_dirty(self) -> None:
         if self._dirty:
             self._commit()
 
     def _commit(self) -> None:
-        # A reader (TFDS checks each shard's record count) must find every listed
-        # shard exactly as listed: shards are closed before they are listed, and
-        # the next episode opens a new one. array_record has no other way anyway:
-        # its writer cannot flush an open file.
-        for state in self._splits.values():
-            if state.shard is not None and state.shard.num_records:
-                self._rotate(state)
-        self._commit_splits(self._splits)
+        self._shards.commit()
+        self._committed()
 
-    def _commit_splits(self, splits: Mapping[str, _SplitState]) -> None:
-        info = layout.with_splits(
-            self._info_json,
-            {name: state.committed() for name, state in splits.items()},
-            self._templates,
-        )
-        layout.atomic_write_text(
-            self.path / layout.DATASET_INFO, layout.dumps_info(info), fsync=self.fsync
-        )
+    def _committed(self) -> None:
         self._last_commit = time.monotonic()
         self._dirty = False
-
-    def _write_metadata(self, metadata: Mapping[str, Any]) -> None:
-        import json
-
-        layout.atomic_write_text(
-            self.path / layout.METADATA, json.dumps(metadata, indent=2), fsync=self.fsync
-        )

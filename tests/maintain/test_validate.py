@@ -11,7 +11,7 @@ import pytest
 
 import rlds_writer
 from rlds_writer import cli
-from rlds_writer.store import layout, tfrecord
+from rlds_writer.store import file_io, layout, tfrecord
 
 NAME = crash_child.NAME
 STEPS = sum(len(crash_child.expected_episode(i)["t"]) for i in range(10))
@@ -88,7 +88,7 @@ def test_info_command_prints_a_feature_tree_and_json(dataset, capsys):
 
 
 def test_info_tells_what_recover_would_fix(dataset):
-    info = layout.read_json(dataset / layout.DATASET_INFO)
+    info = file_io.read_json(dataset / layout.DATASET_INFO)
     (dataset / layout.DATASET_INFO).write_text(
         json.dumps(layout.with_splits(info, {"train": ([3, 3], 0)}))
     )
@@ -140,7 +140,7 @@ def test_validate_names_the_episode_and_step_of_the_first_violation(
 
 def test_validate_flags_episodes_that_dataset_info_does_not_list(dataset):
     _append_tfds_encoded_episode(dataset)
-    info = layout.read_json(dataset / layout.DATASET_INFO)
+    info = file_io.read_json(dataset / layout.DATASET_INFO)
     (dataset / layout.DATASET_INFO).write_text(
         json.dumps(layout.with_splits(info, {"train": ([3, 3, 3, 1], 0)}))
     )

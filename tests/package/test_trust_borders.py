@@ -31,7 +31,7 @@ import pytest
 import rlds_writer
 from rlds_writer import cli
 from rlds_writer.errors import IncompatibleDatasetError, UnsafePathError
-from rlds_writer.store import layout, names
+from rlds_writer.store import file_io, layout, names
 
 gym = pytest.importorskip("gymnasium")
 
@@ -307,10 +307,10 @@ def test_exclusive_creation_refuses_any_link_even_a_dangling_one(tmp_path):
     for target in (victim, tmp_path / "missing"):
         planted.symlink_to(target)
         with pytest.raises(FileExistsError):
-            os.close(layout.create_exclusive(planted))
+            os.close(file_io.create_exclusive(planted))
         planted.unlink()
     assert victim.read_text() == "precious" and not (tmp_path / "missing").exists()
-    layout.atomic_write_text(tmp_path / "file.json", "new")
+    file_io.atomic_write_text(tmp_path / "file.json", "new")
     assert (tmp_path / "file.json").read_text() == "new"
 
 

@@ -225,7 +225,7 @@ def _read_all(shard, count: int) -> list:
 @given(records=payloads, data=st.data())
 def test_index_cache_crafted_never_gives_the_wrong_record(tmp_path, records, data):
     """A crafted `.rlds_reader_index` cache gives the right records or an error, never others."""
-    from rlds_writer.read.shards import TFRecordShard
+    from rlds_writer.store.tfrecord_reader import TFRecordShard
 
     blob, _ = _frames(records)
     path = tmp_path / "shard.tfrecord"

@@ -377,7 +377,7 @@ def test_offset_index_is_cached_next_to_the_dataset_and_reused(tmp_path, monkeyp
     def no_scan(self):
         raise AssertionError("the cached index should have been used")
 
-    from rlds_writer.read.shards import TFRecordShard
+    from rlds_writer.store.tfrecord_reader import TFRecordShard
 
     monkeypatch.setattr(TFRecordShard, "_scan_offsets", no_scan)
     again = reader_lib.open_dataset(path, index_cache="disk")

@@ -28,8 +28,7 @@ import rlds_writer
 from rlds_writer.envs.catch import Catch
 from rlds_writer.maintain.shard_walk import iter_shard_records
 from rlds_writer.maintain.tfds_episodes import decoded_episodes
-from rlds_writer.store import layout
-from rlds_writer.store import writer as writer_module
+from rlds_writer.store import file_io, layout, split_shards
 
 ORIGINAL = 12  # episodes 0..11 in every dataset TFDS writes here
 FIELDS = ("observation", "action", "reward", "discount", "t", "is_first", "is_last", "is_terminal")
@@ -171,7 +170,7 @@ def test_append_adds_episodes_and_leaves_every_original_shard_as_it_was(
 def test_the_pinned_template_keeps_the_names_tfds_gave(built, tmp_path):
     directory = _copy(built, tmp_path, "tfds build", "tfrecord", 3)
     crash_child.write_dataset(directory, range(12, 14), mode="append", max_episodes_per_file=1)
-    (split,) = layout.read_json(directory / layout.DATASET_INFO)["splits"]
+    (split,) = file_io.read_json(directory / layout.DATASET_INFO)["splits"]
     assert split["filepathTemplate"] == "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}-of-00003"
     names = tfds.builder_from_directory(str(directory)).info.splits["train"].filenames
     assert names == [f"catch_crash-train.tfrecord-0000{i}-of-00003" for i in range(5)]
@@ -185,14 +184,14 @@ def test_the_pinned_template_is_committed_before_the_first_new_shard_exists(
     # then count 4 shards and rename every original to `-of-00004`.
     directory = _copy(built, tmp_path, "tfds build", "tfrecord", 3)
     seen = []
-    real_open_shard = writer_module.open_shard
+    real_open_shard = split_shards.open_shard
 
     def open_shard(path, file_format, fsync):
-        (split,) = layout.read_json(directory / layout.DATASET_INFO)["splits"]
+        (split,) = file_io.read_json(directory / layout.DATASET_INFO)["splits"]
         seen.append((path.name, split["filepathTemplate"], list(split["shardLengths"])))
         return real_open_shard(path, file_format, fsync)
 
-    monkeypatch.setattr(writer_module, "open_shard", open_shard)
+    monkeypatch.setattr(split_shards, "open_shard", open_shard)
     crash_child.write_dataset(directory, range(12, 13), mode="append")
     pinned = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}-of-00003"
     assert seen == [("catch_crash-train.tfrecord-00003-of-00003", pinned, ["4", "4", "4"])]
@@ -272,7 +271,7 @@ def _loaded_ids(directory):
 
 def _listed_records(directory):
     """Episode ids of every listed record, each checked against the env (no TFDS)."""
-    info = layout.read_json(directory / layout.DATASET_INFO)
+    info = file_io.read_json(directory / layout.DATASET_INFO)
     file_format = info.get("fileFormat", "tfrecord")
     lengths, _ = layout.read_splits(info)["train"]
     template = layout.split_templates(info)["train"]

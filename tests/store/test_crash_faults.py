@@ -1,10 +1,10 @@
 """Write errors (ENOSPC, EIO) injected at the file layer reach the caller, and the
 episodes written before them stay loadable after `recover`.
 
-Faults are injected through the writer's seam, `rlds_writer.store.writer.open_shard`:
+Faults are injected through the writer's seam, `rlds_writer.store.split_shards.open_shard`:
 it is replaced with a factory wrapping a real shard writer that fails at a
 chosen point (a torn partial write then ENOSPC, EIO on flush, EIO on open, an
-error on close), and through `layout.atomic_write_text` for dataset_info.json
+error on close), and through `file_io.atomic_write_text` for dataset_info.json
 commits. Also here: `fsync=True` really syncs shards, dataset_info.json and the
 directory.
 """
@@ -19,8 +19,7 @@ import pytest
 
 import rlds_writer
 from rlds_writer.errors import WriterFailedError
-from rlds_writer.store import layout, shards, tfrecord
-from rlds_writer.store import writer as writer_module
+from rlds_writer.store import file_io, layout, shards, split_shards, tfrecord
 
 
 class _Faults:
@@ -74,7 +73,7 @@ def _install(monkeypatch, faults: _Faults) -> None:
             raise faults.error(path)
         return FaultyShard(shards.open_writer(path, file_format, fsync))
 
-    monkeypatch.setattr(writer_module, "open_shard", open_shard)
+    monkeypatch.setattr(split_shards, "open_shard", open_shard)
 
 
 def _record_until_failure(directory, file_format="tfrecord", episodes=12, flush_every=None):
@@ -131,7 +130,7 @@ def test_write_error_reaches_the_caller_and_earlier_episodes_survive(
     # torn record) and `recover` makes it list every complete record.
     listed = sum(
         sum(v[0])
-        for v in layout.read_splits(layout.read_json(directory / layout.DATASET_INFO)).values()
+        for v in layout.read_splits(file_io.read_json(directory / layout.DATASET_INFO)).values()
     )
     rlds_writer.recover(directory)
     ids = crash_child.check_records(directory)
@@ -168,7 +167,7 @@ def test_dataset_info_commit_failure_reaches_the_caller_and_keeps_the_old_file(
     monkeypatch, tmp_path
 ):
     directory = tmp_path / "ds"
-    real = layout.atomic_write_text
+    real = file_io.atomic_write_text
     calls = {"n": 0}
 
     def failing_atomic_write_text(path, text, fsync=False):
@@ -178,12 +177,12 @@ def test_dataset_info_commit_failure_reaches_the_caller_and_keeps_the_old_file(
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(path))
         real(path, text, fsync=fsync)
 
-    monkeypatch.setattr(layout, "atomic_write_text", failing_atomic_write_text)
+    monkeypatch.setattr(file_io, "atomic_write_text", failing_atomic_write_text)
     error = _record_until_failure(directory, flush_every=1)
     assert isinstance(error, WriterFailedError)
     assert error.__cause__.errno == errno.ENOSPC
     monkeypatch.undo()
-    before = layout.read_json(directory / layout.DATASET_INFO)  # still whole JSON
+    before = file_io.read_json(directory / layout.DATASET_INFO)  # still whole JSON
     assert sum(layout.read_splits(before)["train"][0]) >= 1
     rlds_writer.recover(directory)
     ids = crash_child.check_loaded(directory)

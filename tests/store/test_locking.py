@@ -102,7 +102,7 @@ def test_lock_is_released_on_close_so_the_next_writer_appends(tmp_path):
 @pytest.fixture
 def remote_style(monkeypatch):
     """Locks as on gs:// or s3://: no flock, only the lock file's content."""
-    monkeypatch.setattr(locking.layout, "is_local", lambda path: False)
+    monkeypatch.setattr(locking.file_io, "is_local", lambda path: False)
 
 
 def _write_lock(directory, **content):

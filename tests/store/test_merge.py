@@ -20,7 +20,7 @@ from rlds_writer.errors import (
     LockedError,
     RecoveryError,
 )
-from rlds_writer.store import layout
+from rlds_writer.store import file_io, layout
 from rlds_writer.store.merge import MERGE_JOURNAL, MergeError
 
 merge_module = importlib.import_module("rlds_writer.store.merge")
@@ -89,7 +89,7 @@ def test_four_writers_merged_hold_every_episode_exactly_once(sources, tmp_path):
     assert crash_child.check_loaded(dest) == ALL_IDS
     assert rlds_writer.maintain.validate(dest)["ok"]
     assert not rlds_writer.recover(dest).changed
-    metadata = layout.read_json(dest / layout.METADATA)
+    metadata = file_io.read_json(dest / layout.METADATA)
     assert metadata["recorder"] == "crash_child"
     assert [m["metadata"] for m in metadata["merged_from"]] == [{"worker": w} for w in range(4)]
     assert [m["episodes"]["train"] for m in metadata["merged_from"]] == [
@@ -119,7 +119,7 @@ def test_merge_command_moves_shards_and_removes_the_sources(sources, tmp_path, c
 def test_merge_refuses_different_features_or_version_and_shows_the_difference(sources, tmp_path):
     features = (sources[1] / layout.FEATURES).read_text()
     (sources[1] / layout.FEATURES).write_text(features.replace('"4"', '"5"'))
-    info = layout.read_json(sources[2] / layout.DATASET_INFO)
+    info = file_io.read_json(sources[2] / layout.DATASET_INFO)
     info["version"] = "1.0.0"
     (sources[2] / layout.DATASET_INFO).write_text(json.dumps(info))
     with pytest.raises(IncompatibleDatasetError) as caught:
@@ -215,7 +215,7 @@ def test_merge_killed_at_random_moments_finishes_exactly_once(sources, tmp_path,
 def test_merge_recovers_a_crashed_source_first(sources, tmp_path):
     # Writer 3 "crashed": dataset_info.json lists only its first shard, and its
     # second shard ends in a torn record.
-    info = layout.read_json(sources[3] / layout.DATASET_INFO)
+    info = file_io.read_json(sources[3] / layout.DATASET_INFO)
     stale = layout.with_splits(info, {"train": ([4], 0)})
     (sources[3] / layout.DATASET_INFO).write_text(json.dumps(stale))
     last = sources[3] / layout.shard_name(crash_child.NAME, "train", "tfrecord", 1)
@@ -228,7 +228,7 @@ def test_merge_recovers_a_crashed_source_first(sources, tmp_path):
 
 def test_merge_through_generic_epath_operations(sources, tmp_path, monkeypatch):
     # As on gs:// or s3://: no os.rename/shutil/flock, only etils.epath calls.
-    monkeypatch.setattr(layout, "is_local", lambda path: False)
+    monkeypatch.setattr(file_io, "is_local", lambda path: False)
     report = rlds_writer.merge(sources, tmp_path / "merged")
     monkeypatch.undo()
     assert report.episodes == {"train": 24}

@@ -14,7 +14,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import rlds_writer
-from rlds_writer.store import layout
+from rlds_writer.store import file_io, layout
 
 WRITER = """
     import sys
@@ -82,14 +82,14 @@ def test_readers_load_exactly_the_committed_episodes_while_a_writer_runs(tmp_pat
 
 def test_commits_follow_the_clock_not_shard_rotations(tmp_path, monkeypatch):
     written = []
-    real = layout.atomic_write_text
+    real = file_io.atomic_write_text
 
     def counting(path, text, fsync=False):
         if os.path.basename(path) == layout.DATASET_INFO:
             written.append(path)
         real(path, text, fsync)
 
-    monkeypatch.setattr(layout, "atomic_write_text", counting)
+    monkeypatch.setattr(file_io, "atomic_write_text", counting)
     config = rlds_writer.config_from_env(rlds_writer.Catch(), name="catch")
     backend = rlds_writer.TFDSBackendWriter(
         tmp_path / "ds", config, max_episodes_per_file=1, commit_interval=3600

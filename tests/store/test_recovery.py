@@ -19,7 +19,7 @@ import pytest
 import rlds_writer
 from rlds_writer import cli
 from rlds_writer.errors import LockedError, RecoveryError
-from rlds_writer.store import layout, tfrecord
+from rlds_writer.store import file_io, layout, tfrecord
 from rlds_writer.store.tfrecord import scan as scan_tfrecord
 
 NAME = crash_child.NAME
@@ -303,7 +303,7 @@ def test_every_split_is_recovered(tmp_path):
         crash_child.record_episode(backend, episode_id)
     backend.close()
     # A crash before eval was ever committed, with a torn eval tail.
-    info = layout.read_json(directory / layout.DATASET_INFO)
+    info = file_io.read_json(directory / layout.DATASET_INFO)
     (directory / layout.DATASET_INFO).write_text(
         json.dumps(layout.with_splits(info, {"train": ([3, 1], 0)}))
     )

@@ -11,8 +11,7 @@ import tensorflow_datasets as tfds
 
 import rlds_writer
 from rlds_writer.errors import DatasetExistsError, IncompatibleDatasetError
-from rlds_writer.store import layout
-from rlds_writer.store import writer as writer_module
+from rlds_writer.store import file_io, layout, split_shards
 
 NAME = crash_child.NAME
 
@@ -34,7 +33,7 @@ def test_append_after_a_crash_lists_orphans_and_continues_after_the_last_shard(t
         f.write(b"\x07" * 30)
     kept_bytes = {i: _shard(directory, i).read_bytes() for i in range(3)}
     crash_child.write_dataset(directory, range(8, 12), max_episodes_per_file=3, mode="append")
-    lengths = layout.read_splits(layout.read_json(directory / layout.DATASET_INFO))["train"][0]
+    lengths = layout.read_splits(file_io.read_json(directory / layout.DATASET_INFO))["train"][0]
     assert lengths == [3, 1, 3, 1, 3, 1]
     for i, data in kept_bytes.items():  # earlier shard files untouched
         assert _shard(directory, i).read_bytes() == data
@@ -46,7 +45,7 @@ def test_append_keeps_earlier_metadata_and_adds_new_keys(tmp_path):
     directory = tmp_path / "ds"
     crash_child.write_dataset(directory, range(2), metadata={"run": 1, "agent": "a"})
     crash_child.write_dataset(directory, range(2, 3), metadata={"run": 2}, mode="append")
-    assert layout.read_json(directory / layout.METADATA) == {"run": 2, "agent": "a"}
+    assert file_io.read_json(directory / layout.METADATA) == {"run": 2, "agent": "a"}
 
 
 def test_append_then_update_metadata_keeps_earlier_keys(tmp_path):
@@ -55,7 +54,7 @@ def test_append_then_update_metadata_keeps_earlier_keys(tmp_path):
     backend = rlds_writer.TFDSBackendWriter(directory, crash_child.dataset_config(), mode="append")
     backend.update_metadata({"run": 2, "env_specs": {"obs": [6, 4]}})  # as EnvLogger does
     backend.close()
-    assert layout.read_json(directory / layout.METADATA) == {
+    assert file_io.read_json(directory / layout.METADATA) == {
         "run": 2,
         "agent": "a",
         "env_specs": {"obs": [6, 4]},
@@ -111,7 +110,7 @@ def test_a_shard_file_is_never_overwritten(tmp_path, file_format):
     path = tmp_path / layout.shard_name(NAME, "train", file_format, 0)
     path.write_bytes(b"precious")
     with pytest.raises(FileExistsError):
-        writer_module.open_shard(path, file_format, False)
+        split_shards.open_shard(path, file_format, False)
     assert path.read_bytes() == b"precious"
 
 

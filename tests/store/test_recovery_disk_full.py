@@ -20,7 +20,7 @@ from etils import epath
 
 import rlds_writer
 from rlds_writer.errors import DiskFullError
-from rlds_writer.store import layout
+from rlds_writer.store import file_io, layout
 
 PAGE = 4096
 RLDS_WRITER = os.path.join(os.path.dirname(sys.executable), "rlds-writer")
@@ -69,7 +69,7 @@ def _fill(disk, free_pages):
         while True:
             os.write(fd, b"\0" * 512)
     except OSError as e:
-        assert layout.is_disk_full(e)
+        assert file_io.is_disk_full(e)
     os.ftruncate(fd, max(0, os.fstat(fd).st_size - free_pages * PAGE))
     os.close(fd)
     return filler

@@ -15,7 +15,7 @@ import tensorflow_datasets as tfds
 from helpers_core import new_buffer
 
 import rlds_writer
-from rlds_writer.store import layout
+from rlds_writer.store import file_io, layout
 
 
 def _config(obs_shape=(3,), obs_dtype=np.float32, **kwargs):
@@ -44,7 +44,7 @@ def _load(path, split="train"):
 
 
 def _listed_episodes(path):
-    info = layout.read_json(os.path.join(path, layout.DATASET_INFO))
+    info = file_io.read_json(os.path.join(path, layout.DATASET_INFO))
     return sum(sum(lengths) for lengths, _ in layout.read_splits(info).values())
 
 

@@ -8,6 +8,7 @@ import sys
 
 from rlds_writer.cli.commands import _beam, _formats
 from rlds_writer.interop import FORMATS
+from rlds_writer.store import shards
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,9 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--format",
         dest="file_format",
-        choices=("tfrecord", "array_record"),
-        default="tfrecord",
-        help="shard file format (default tfrecord)",
+        choices=shards.names(),
+        default=shards.DEFAULT_FILE_FORMAT,
+        help=f"shard file format (default {shards.DEFAULT_FILE_FORMAT})",
     )
     p.add_argument(
         "--max-episodes-per-file", type=int, default=1000, help="episodes per shard (default 1000)"

@@ -9,6 +9,8 @@ import sys
 import time
 from typing import Any
 
+from rlds_writer.store import shards
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -27,9 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--format",
-        choices=("tfrecord", "array_record"),
-        default="tfrecord",
-        help="shard file format (default tfrecord)",
+        choices=shards.names(),
+        default=shards.DEFAULT_FILE_FORMAT,
+        help=f"shard file format (default {shards.DEFAULT_FILE_FORMAT})",
     )
     p.add_argument(
         "--mode",
@@ -147,8 +149,8 @@ def run(args: argparse.Namespace) -> int:
         f"in {elapsed:.2f}s "
         f"to {backend.data_directory}"
     )
-    # TFDS reads ArrayRecord shards only through as_data_source (no tf.data reader).
-    reader = "as_data_source" if args.format == "array_record" else "as_dataset"
+    # TFDS reads some formats (array_record) only through as_data_source (no tf.data reader).
+    reader = shards.adapter(args.format).tfds_reader
     if not args.no_load_back:
         builder = tfds.builder_from_directory(str(backend.data_directory))
         loaded_episodes = 0

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlds_writer.interop import staging
-from rlds_writer.store import layout, names
+from rlds_writer.store import file_io, names
 
 # The Minari root is process-wide state (an environment variable): one export at a time.
 _MINARI_ROOT = threading.Lock()
@@ -69,7 +69,7 @@ def export_staged(run: Callable[..., Any], src: os.PathLike | str, dataset_id: s
         if os.path.lexists(final):
             raise FileExistsError(f"{final}: appeared during the export; pick another id")
         os.rename(root / dataset_id, final)
-        layout.fsync_directory(final.parent)
+        file_io.fsync_directory(final.parent)
     staging.relabel(report, os.fspath(root), os.fspath(minari_root()))
     report.destination = dataset_id
     staging.note_stale(report, stale)

@@ -1,10 +1,10 @@
-"""Shard readers: one per file format, with the same small interface.
+"""Random access to a TFRecord shard: `TFRecordShard`, an index of record offsets.
 
-`SHARD_READERS[file_format](path, num_records, verify, cache_path, skip, opener)` gives
-an object with `read(i)` (random access), `iter(start, stop, skip)` (file
-order), `close()`, and a per-record step-count cache. TFRecord frames are
-parsed by `rlds_writer.store.tfrecord` only; array_record by its own reader.
-Both pickle without their open handles, so DataLoader workers reopen them.
+The index walks record headers only (one pass, cached on disk for local
+datasets, checked against the file before it is trusted), so one episode of a
+shard in a bucket fetches that episode. Frames are parsed by
+`store.tfrecord`; the reader pickles without its open handle, so DataLoader
+workers reopen it. `store.tfrecord_shards.TFRecordFormat.open_reader` makes it.
 """
 
 from __future__ import annotations
@@ -19,26 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import CorruptArrayRecordError, CorruptRecordError, UnsupportedFeatureError
-from rlds_writer.store import layout, storage, tfrecord
+from rlds_writer.errors import CorruptRecordError
+from rlds_writer.store import file_io, storage, tfrecord
+from rlds_writer.store.shard_format import PerProcess
 
 _log = logging.getLogger(__name__)
-
-
-class _PerProcess:
-    """Pickles without its open handle and lock (DataLoader workers reopen)."""
-
-    _HANDLE = ""
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state[self._HANDLE] = None
-        state["_lock"] = None
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
 
 class _ReadAhead:
@@ -89,7 +74,7 @@ class _Walker:
         self.size = size
 
 
-class TFRecordShard(_PerProcess):
+class TFRecordShard(PerProcess):
     """One tfrecord shard: sequential reads, and random access via an offset index.
 
     The file is read through a `RandomAccess` (`store.storage`: `pread` on a
@@ -107,7 +92,6 @@ class TFRecordShard(_PerProcess):
     """
 
     _HANDLE = "_source"
-    OPENS_PATHS = False  # reads through `opener`'s RandomAccess
 
     def __init__(
         self,
@@ -231,7 +215,7 @@ class TFRecordShard(_PerProcess):
         try:
             os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
             # A new file created exclusively: never written through a planted link.
-            with layout.atomic_file(self.cache_path) as f:
+            with file_io.atomic_file(self.cache_path) as f:
                 np.savez(
                     f,
                     stat=np.array(self._stat_key(), np.int64),
@@ -313,119 +297,3 @@ class TFRecordShard(_PerProcess):
         self._steps = steps
         if self.cache_path and self.offsets().size == self.num_records:
             self._save_cache()
-
-
-class ArrayRecordShard(_PerProcess):
-    """One array_record shard: array_record's own reader gives random access.
-
-    Its reader opens a local path (`OPENS_PATHS`): for a shard in object
-    storage, `opener` gives a local copy of that one object
-    (`Dataset.local_file`), fetched again if the cache evicted it.
-    """
-
-    OPENS_PATHS = True
-
-    _HANDLE = "_reader"
-
-    def __init__(
-        self,
-        path: str,
-        num_records: int,
-        verify: bool,
-        cache_path: str | None,
-        skip: bool = False,
-        opener: Callable[[], Any] | None = None,
-    ):
-        del verify, cache_path, skip  # array_record checks its own chunk hashes
-        if opener is None and not layout.is_local(path):
-            raise UnsupportedFeatureError(
-                f"{path}: array_record's reader opens local files only; pass an opener that "
-                "gives a local copy (`Dataset.local_file`)"
-            )
-        self.path = path
-        # Returns the local file to open: the shard itself, or a (re)fetched cached copy.
-        self.local_path = opener or functools.partial(str, path)
-        self.num_records = num_records
-        self._reader: Any = None
-        self._reader_pid = 0
-        self._steps: np.ndarray | None = None
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
-
-    @staticmethod
-    def _open(path: str, options: str) -> Any:
-        from array_record.python.array_record_module import ArrayRecordReader
-
-        return ArrayRecordReader(path, options)
-
-    def _check_count(self, reader: Any) -> None:
-        n = reader.num_records()
-        if n < self.num_records:
-            raise CorruptArrayRecordError(
-                self.path, n, f"file holds {n} records, dataset_info.json lists {self.num_records}"
-            )
-
-    def read(self, i: int) -> bytes:
-        with self._lock:
-            if self._reader is None or self._reader_pid != os.getpid():
-                try:
-                    reader = self._open(
-                        self.local_path(), "readahead_buffer_size:0,max_parallelism:0"
-                    )
-                except Exception as e:  # noqa: BLE001 - riegeli raises plain RuntimeErrors
-                    raise CorruptArrayRecordError(self.path, i, str(e)) from e
-                self._check_count(reader)
-                self._reader = reader
-                self._reader_pid = os.getpid()
-            try:
-                return self._reader.read([i])[0]
-            except Exception as e:  # noqa: BLE001
-                raise CorruptArrayRecordError(self.path, i, str(e)) from e
-
-    def iter(self, start: int, stop: int, skip: bool) -> Iterator[tuple[int, bytes]]:
-        if start >= stop:
-            return
-        try:
-            reader = self._open(self.local_path(), "")
-        except Exception as e:  # noqa: BLE001
-            if not skip:
-                raise CorruptArrayRecordError(self.path, start, str(e)) from e
-            _log.warning("%s: skipping unreadable file: %s", self.path, e)
-            return
-        try:
-            self._check_count(reader)
-            chunk = 32
-            for a in range(start, stop, chunk):
-                b = min(a + chunk, stop)
-                try:
-                    records = reader.read(a, b)
-                except Exception:  # noqa: BLE001 - retry one by one to isolate the bad record
-                    records = None
-                if records is not None:
-                    yield from zip(range(a, b), records)
-                    continue
-                for i in range(a, b):
-                    try:
-                        data = reader.read([i])[0]
-                    except Exception as e:  # noqa: BLE001
-                        if not skip:
-                            raise CorruptArrayRecordError(self.path, i, str(e)) from e
-                        _log.warning("%s: skipping corrupt record %d: %s", self.path, i, e)
-                        continue
-                    yield i, data
-        finally:
-            reader.close()
-
-    @property
-    def cached_steps(self) -> np.ndarray | None:
-        return self._steps
-
-    def store_steps(self, steps: np.ndarray) -> None:
-        self._steps = steps
-
-
-SHARD_READERS = {"tfrecord": TFRecordShard, "array_record": ArrayRecordShard}

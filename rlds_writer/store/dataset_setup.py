@@ -1,0 +1,244 @@
+"""A dataset directory made ready for a `DatasetWriter`: created, overwritten or opened to append.
+
+`check_mode` refuses `mode="error"` on a directory holding a dataset before
+anything is recorded. `prepare_directory` then creates TFDS's files (through
+TFDS's own `DatasetInfo`, so TFDS loads the result), deletes an old dataset
+(`overwrite`), or, to `append`, recovers the directory first and checks that
+its name, file format and features match the writer's; a split whose shard
+names hold the shard count gets that count pinned in its template, so new
+shards continue the sequence without renaming any (docs/durability.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from etils import epath
+
+from rlds_writer.errors import DatasetExistsError, IncompatibleDatasetError
+from rlds_writer.store import file_io, json_values, layout, recovery
+
+_log = logging.getLogger(__name__)
+
+MODES = ("error", "append", "overwrite")
+
+# A split's listing: (shard lengths, data bytes).
+Listing = dict[str, tuple[list[int], int]]
+
+
+def build_dataset_info(
+    ds_config: Any,
+    name: str,
+    version: str,
+    data_directory: epath.PathLike,
+    metadata: Mapping[str, Any] | None = None,
+) -> Any:
+    """Returns the `tfds.core.DatasetInfo` of an RLDS dataset config."""
+    import tensorflow_datasets as tfds
+    from tensorflow_datasets.rlds import rlds_base
+
+    identity = tfds.core.DatasetIdentity(
+        name=name,
+        version=tfds.core.Version(version),
+        data_dir=os.fspath(data_directory),
+        module_name="",
+    )
+    return rlds_base.build_info(
+        ds_config, identity, ds_metadata=dict(metadata) if metadata else None
+    )
+
+
+def check_mode(path: epath.PathLike, mode: str) -> bool:
+    """Refuses `mode="error"` on a directory that holds a dataset (before anything is recorded).
+
+    Returns:
+      Whether `path` holds a dataset.
+
+    Raises:
+      ValueError: `mode` is not one of `MODES`.
+      DatasetExistsError: the directory holds a dataset and mode is `error`.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    exists = layout.holds_dataset(path)
+    if mode == "error" and exists:
+        raise DatasetExistsError(
+            f"{path} already holds a dataset. Pass mode='append' to add episodes "
+            "to it or mode='overwrite' to replace it.",
+            directory=os.fspath(path),
+        )
+    return exists
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A directory ready for writing.
+
+    Attributes:
+      info_json: dataset_info.json as it stands (the writer's commits replace its splits).
+      splits: the listing to continue, the writer's split included.
+      templates: split -> how its shards are named (pinned where they count shards).
+      metadata: the dataset-level metadata (earlier runs' keys kept on append).
+      first_commit: a listing to commit before any episode (a new dataset, or
+        pinned templates), or None.
+      write_metadata: `metadata.json` must be rewritten (append with new metadata).
+    """
+
+    info_json: dict[str, Any]
+    splits: Listing
+    templates: dict[str, layout.ShardTemplate]
+    metadata: dict[str, Any] | None
+    first_commit: Listing | None = None
+    write_metadata: bool = False
+
+
+def prepare_directory(
+    path: epath.Path,
+    info: Any,
+    *,
+    mode: str,
+    name: str,
+    file_format: str,
+    split: str,
+    metadata: dict[str, Any] | None,
+) -> Prepared:
+    """Creates, overwrites or opens for appending the dataset at `path` (locked by the caller).
+
+    Args:
+      path: the dataset directory (exists).
+      info: the writer's `tfds.core.DatasetInfo`.
+      mode: `error`, `append` or `overwrite`.
+      name: the dataset name.
+      file_format: the writer's shard format.
+      split: the writer's default split.
+      metadata: the writer's dataset-level metadata, JSON-safe, or None.
+
+    Raises:
+      DatasetExistsError: the directory holds a dataset and mode is `error`.
+      IncompatibleDatasetError: appending to a dataset of another name, file
+        format or features.
+    """
+    exists = check_mode(path, mode)
+    if exists and mode == "overwrite":
+        _delete_dataset_files(path)
+        exists = False
+    if exists:
+        return _open_for_append(path, info, name, file_format, split, metadata)
+    return _create(path, info, file_format, split, metadata)
+
+
+def _delete_dataset_files(path: epath.Path) -> None:
+    # Shards of every naming TFDS or we use (`-00000` and `-00000-of-00004`).
+    for child in path.iterdir():
+        if child.name in (
+            layout.DATASET_INFO,
+            layout.FEATURES,
+            layout.METADATA,
+        ) or layout.ANY_SHARD.match(child.name):
+            child.unlink()
+
+
+def _create(
+    path: epath.Path, info: Any, file_format: str, split: str, metadata: dict[str, Any] | None
+) -> Prepared:
+    from tensorflow_datasets.core import file_adapters
+
+    info.set_file_format(file_adapters.FileFormat.from_value(file_format))
+    if file_io.is_local(path):
+        info.write_to_directory(path)
+    else:
+        _write_info_remotely(path, info)
+    listing = {split: ([], 0)}
+    return Prepared(
+        file_io.read_json(path / layout.DATASET_INFO),
+        {split: ([], 0)},
+        {},
+        metadata,
+        first_commit=listing,
+    )
+
+
+def _write_info_remotely(path: epath.Path, info: Any) -> None:
+    """TFDS's files, made in a local directory and uploaded (TFDS would write
+    through TensorFlow's file system and rename); dataset_info.json last."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="rlds_writer-info-") as tmp:
+        info.write_to_directory(tmp)
+        names = sorted(os.listdir(tmp), key=lambda n: n == layout.DATASET_INFO)
+        for name in names:
+            with open(os.path.join(tmp, name), "rb") as f:
+                data = f.read()
+            (path / name).write_bytes(data)
+
+
+def _open_for_append(
+    path: epath.Path,
+    info: Any,
+    name: str,
+    file_format: str,
+    split: str,
+    metadata: dict[str, Any] | None,
+) -> Prepared:
+    # Headers of every record are checked; data CRCs only in each split's last
+    # shard (where a crash tears) and in shards whose count is off.
+    report = recovery.run_recovery(path, dry_run=False, verify_data=False)
+    if report.changed:
+        _log.warning("recovered %s before appending: %s", path, report.summary())
+    if not (path / layout.DATASET_INFO).exists():
+        # Its creation was interrupted before any episode: start it afresh.
+        return _create(path, info, file_format, split, metadata)
+    existing = file_io.read_json(path / layout.DATASET_INFO)
+    problems = []
+    if existing.get("name") != name:
+        problems.append(f"name: dataset has {existing.get('name')!r}, writer has {name!r}")
+    fmt = layout.file_format_of(existing)
+    if fmt != file_format:
+        problems.append(f"file_format: dataset has {fmt!r}, writer has {file_format!r}")
+    templates = layout.split_templates(existing)
+    from google.protobuf import json_format
+
+    # features.json is the FeaturesDict proto as JSON (TFDS's save_config).
+    diff = json_values.json_diff(
+        file_io.read_json(path / layout.FEATURES),
+        json_format.MessageToDict(info.features.to_proto()),
+    )
+    if diff:
+        problems.append(
+            "features differ:\n"
+            + "\n".join(f"  {where}: dataset has {a!r}, writer has {b!r}" for where, a, b in diff)
+        )
+    if problems:
+        raise IncompatibleDatasetError(f"cannot append to {path}: " + "; ".join(problems))
+    splits: Listing = {
+        split_name: (lengths, nbytes)
+        for split_name, (lengths, nbytes) in layout.read_splits(existing).items()
+    }
+    # A split whose shard names hold the shard count (`tfds build`'s
+    # `-00000-of-00004`) gets that count pinned in its template before any
+    # shard is added: its shards keep their names, new ones continue the
+    # sequence (`-00004-of-00004`, ...), and dataset_info.json never lists
+    # a template its files do not follow (docs/durability.md).
+    pinned = {
+        s: template.pinned(len(splits[s][0]) if s in splits else 0)
+        for s, template in templates.items()
+    }
+    prepared = Prepared(existing, splits, pinned, metadata)
+    if pinned != templates:
+        _log.info(
+            "%s: pinned the shard count in %s so shards can be added without renaming",
+            path,
+            ", ".join(f"{s}'s filepathTemplate" for s in pinned if pinned[s] != templates[s]),
+        )
+        prepared.first_commit = dict(splits)
+    if metadata is not None:
+        if (path / layout.METADATA).exists():
+            # Keep the keys earlier runs recorded; the new ones win.
+            prepared.metadata = {**file_io.read_json(path / layout.METADATA), **metadata}
+        prepared.write_metadata = True
+    splits.setdefault(split, ([], 0))
+    return prepared

@@ -1,0 +1,52 @@
+"""What is still open at interpreter exit is closed: recorders first, then bare writers.
+
+A recorder (an adapter's open episode) holds an episode its writer knows
+nothing of; closing it first writes that episode, cut short, before the
+writers close and commit. Both are held weakly: registering keeps nothing alive.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import weakref
+from typing import Any
+
+_log = logging.getLogger(__name__)
+
+# Recorders (adapters' open episodes) closed at exit before the bare writers.
+_OPEN_RECORDERS: weakref.WeakSet = weakref.WeakSet()
+_OPEN_WRITERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def close_at_exit(recorder: Any) -> None:
+    """Closes `recorder` (anything with `close()`) at interpreter exit, held weakly.
+
+    A recorder holds an open episode its writer knows nothing of; closing it
+    first writes that episode, cut short, before the writers close.
+    """
+    _OPEN_RECORDERS.add(recorder)
+
+
+def close_writer_at_exit(writer: Any) -> None:
+    """Closes a `DatasetWriter` at interpreter exit (after the recorders), held weakly."""
+    _OPEN_WRITERS.add(writer)
+
+
+def closed(writer: Any) -> None:
+    """Forgets a writer closed by its owner."""
+    _OPEN_WRITERS.discard(writer)
+
+
+@atexit.register
+def _close_open_writers() -> None:
+    for recorder in list(_OPEN_RECORDERS):
+        try:
+            recorder.close()
+        except Exception as e:  # noqa: BLE001
+            _log.error("closing a recorder at exit failed: %s", e)
+    for writer in list(_OPEN_WRITERS):
+        try:
+            writer.close()
+        except Exception as e:  # noqa: BLE001
+            _log.error("closing %s at exit failed: %s", writer.path, e)
