@@ -5,7 +5,7 @@ JSON form of its `Feature` proto: every node has a `pythonClassName` and one
 content key, `featuresDict`, `sequence`, `tensor`, `text`, `image`,
 `classLabel`). Both sides of the store see the same tree of leaves:
 
-- `walk_features` is the one walk: it yields every leaf (and every empty
+- `walk_features` (`store/feature_walk.py`, public here too) is the one walk: it yields every leaf (and every empty
   `FeaturesDict`) with its path, per-step leaves first, descending nested
   dicts and the top-level `steps` sequence. The writer walks TFDS's feature
   objects with it (`field_specs.compile_fields`); the reader, statistics and
@@ -28,14 +28,24 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from rlds_writer.errors import IncompatibleDatasetError, UnsupportedFeatureError
-
-STEPS = "steps"
+from rlds_writer.store.feature_walk import (  # noqa: F401 - public here too
+    STEPS,
+    FeatureNode,
+    walk_features,
+    walk_features_json,
+)
+from rlds_writer.store.feature_walk import class_name as _class_name
+from rlds_writer.store.feature_walk import dict_children as _dict_children
+from rlds_writer.store.feature_walk import field as _field
+from rlds_writer.store.feature_walk import json_steps as _json_steps
+from rlds_writer.store.feature_walk import malformed as _malformed
+from rlds_writer.store.feature_walk import short_repr as _short
 
 # The kinds of leaf: how its values sit in a tf.train.Example.
 FLOAT = "float"  # float_list of the values themselves (a Tensor of a float dtype).
@@ -52,8 +62,6 @@ FALLBACK = "fallback"
 NUMERIC_KINDS = (FLOAT, INT)  # the values themselves, one list entry per element
 ENCODED_KINDS = (BYTES, ZLIB)  # one raw buffer per value
 IMAGE_KINDS = (PNG, JPEG)
-
-_CONTENT_KEYS = ("featuresDict", "sequence", "tensor", "text", "image", "classLabel")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,171 +237,10 @@ def parse_features(config: Mapping[str, Any]) -> Features:
     return Features(leaves=tuple(steps + episode), has_steps=has_steps, empty_dicts=tuple(empties))
 
 
-@dataclasses.dataclass(frozen=True)
-class FeatureNode:
-    """A leaf (or an empty `FeaturesDict`) met by `walk_features`.
-
-    Attributes:
-      path: its path inside an episode, e.g. `('steps', 'observation', 'image')`.
-      in_steps: whether it is a per-step feature (under the top-level `steps`).
-      spec: the feature as the caller's tree holds it (a TFDS feature object,
-        or a `features.json` node).
-      empty_dict: True for an empty `FeaturesDict` (no leaf; TFDS gives `{}`).
-    """
-
-    path: tuple[str, ...]
-    in_steps: bool
-    spec: Any
-    empty_dict: bool = False
-
-    @property
-    def key(self) -> str:
-        """The `tf.train.Example` key, e.g. `'steps/observation/image'`."""
-        return "/".join(self.path)
-
-
-def walk_features(
-    top: Mapping[str, Any],
-    children: Callable[[Any, tuple[str, ...]], Mapping[str, Any] | None],
-    steps_feature: Callable[[Any, tuple[str, ...]], Any],
-) -> Iterator[FeatureNode]:
-    """The one walk over an RLDS feature tree: per-step leaves first, then the episode's.
-
-    It descends nested `FeaturesDict`s, and the top-level `steps` sequence into
-    its per-step feature; every other feature is a leaf, stored under one key.
-
-    Args:
-      top: the top-level features, by name.
-      children: `children(spec, path)` gives a `FeaturesDict`'s features by
-        name, or None if `spec` is not a dict.
-      steps_feature: `steps_feature(spec, path)` gives the per-step feature of
-        the top-level `steps` if `spec` is a sequence, else None.
-
-    Yields:
-      A `FeatureNode` per leaf and per empty `FeaturesDict`, in the features'
-      own order.
-
-    Raises:
-      IncompatibleDatasetError: for features nested more than 64 levels deep.
-    """
-    per_step = None
-    if STEPS in top:
-        per_step = steps_feature(top[STEPS], (STEPS,))
-    if per_step is not None:
-        yield from _walk(per_step, (STEPS,), True, children)
-    for name, spec in top.items():
-        if name != STEPS or per_step is None:
-            yield from _walk(spec, (name,), False, children)
-
-
-def _walk(
-    spec: Any,
-    path: tuple[str, ...],
-    in_steps: bool,
-    children: Callable[[Any, tuple[str, ...]], Mapping[str, Any] | None],
-) -> Iterator[FeatureNode]:
-    if len(path) > _MAX_DEPTH:
-        raise _malformed(path, f"features nested more than {_MAX_DEPTH} levels deep")
-    inner = children(spec, path)
-    if inner is None:
-        yield FeatureNode(path, in_steps, spec)
-        return
-    if not inner:
-        yield FeatureNode(path, in_steps, spec, empty_dict=True)
-    for name, sub in inner.items():
-        yield from _walk(sub, path + (name,), in_steps, children)
-
-
-def walk_features_json(config: Mapping[str, Any]) -> Iterator[FeatureNode]:
-    """`walk_features` over a decoded `features.json`; each node's `spec` is its JSON node.
-
-    Unlike `parse_features`, it yields every leaf, also those the reader cannot
-    decode (`info` describes them all); a crafted file still raises
-    `IncompatibleDatasetError` naming the field.
-
-    Args:
-      config: the decoded JSON of a `features.json`.
-    """
-    if _class_name(config, ()) != "FeaturesDict":
-        raise _malformed(
-            (),
-            "the top-level feature must be a FeaturesDict, "
-            f"got {_short(config.get('pythonClassName', config.get('type')))}",
-        )
-    return walk_features(_dict_children(config, ()), _json_children, _json_steps)
-
-
-def _json_children(node: Any, path: tuple[str, ...]) -> Mapping[str, Any] | None:
-    if _class_name(node, path) != "FeaturesDict":
-        return None
-    return _dict_children(node, path)
-
-
-def _json_steps(node: Any, path: tuple[str, ...]) -> Any:
-    if _class_name(node, path) not in ("Dataset", "Sequence"):
-        return None
-    sequence = _field(node, "sequence", Mapping, path)
-    return _field(sequence, "feature", Mapping, path + ("sequence",))
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    """repr of a crafted value, cut so an error stays one short line."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _malformed(path: tuple, message: str) -> IncompatibleDatasetError:
-    where = "/".join(str(p) for p in path) or "<root>"
-    if len(where) > 120:
-        where = where[:120] + "..."
-    return IncompatibleDatasetError(f"features.json: {where}: {message}")
-
-
-def _field(node: Mapping[str, Any], name: str, kind: type | tuple, path: tuple) -> Any:
-    """node[name], checked to be of `kind` (a crafted file may hold anything)."""
-    if name not in node:
-        raise _malformed(path, f"missing field {name!r}")
-    value = node[name]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        names = {Mapping: "an object", list: "a list", str: "a string"}
-        expected = names.get(kind, getattr(kind, "__name__", str(kind)))
-        raise _malformed(path, f"field {name!r} must be {expected}, got {_short(value)}")
-    return value
-
-
-def _class_name(node: Any, path: tuple[str, ...]) -> str:
-    if not isinstance(node, Mapping):
-        raise _malformed(path, f"a feature must be a JSON object, got {_short(node)}")
-    if "type" in node and "content" in node:
-        raise UnsupportedFeatureError(
-            f"{'/'.join(path) or 'features.json'}: the legacy features.json format "
-            "(`type`/`content`) is not supported; re-save the features with TFDS >= 4.6"
-        )
-    name = node.get("pythonClassName")
-    if not name:
-        for key in _CONTENT_KEYS:
-            if key in node:
-                return {"featuresDict": "FeaturesDict", "sequence": "Sequence"}.get(
-                    key, key[0].upper() + key[1:]
-                )
-        raise _malformed(path, f"feature has no pythonClassName: {_short(node)}")
-    if not isinstance(name, str):
-        raise _malformed(path, f"pythonClassName must be a string, got {_short(name)}")
-    return name.rsplit(".", 1)[-1]
-
-
-def _dict_children(node: Mapping[str, Any], path: tuple[str, ...]) -> Mapping[str, Any]:
-    features_dict = _field(node, "featuresDict", Mapping, path)
-    if "features" not in features_dict:
-        return {}  # an empty FeaturesDict: protobuf's JSON leaves the empty map out
-    return _field(features_dict, "features", Mapping, path + ("featuresDict",))
-
-
 # Limits that no real feature reaches; past them a crafted shape would make
 # TensorFlow (and any allocation by shape) fail natively.
 _MAX_DIM = 2**31 - 1
 _MAX_ELEMENTS = 2**34
-_MAX_DEPTH = 64
 _MAX_RANK = 32
 
 
