@@ -99,7 +99,5 @@ def test_a_second_incarnation_or_an_earlier_run_gets_its_own_mirror(s3_bucket, t
     assert sink.mirror("new", "writer-00001") == "writer-00001.1"
     assert sink.mirror("newer", "writer-00001") == "writer-00001.2"
     _ship(sink, "new", local, piece=1 << 20)
-    assert rlds_writer.open_dataset(s3_bucket.path("run", "writer-00001.1")).splits == {
-        "train": 2
-    }
+    assert rlds_writer.open_dataset(s3_bucket.path("run", "writer-00001.1")).splits == {"train": 2}
     sink.finish()
