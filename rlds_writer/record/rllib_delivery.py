@@ -15,7 +15,7 @@ root and the sink looks for it on the driver's node.
   closed shards travel, once each.
 * **Object-store root** (`s3://`, `gs://`), any node: the same as *not
   seen*, with the staging directory in the node's temporary directory
-  (`$TMPDIR/rlds_writer-staging/<incarnation>`). Runners never write nor
+  (`$TMPDIR/.rlds_writer-staging/<incarnation>`). Runners never write nor
   lock the bucket; the sink uploads each shard whole into
   `<root>/writer-00002`, and the driver merges in place in the bucket.
 
@@ -36,7 +36,7 @@ from typing import Any
 
 from etils import epath
 
-from rlds_writer.errors import EpisodesLostError, counted
+from rlds_writer.errors import EpisodesLostError, UnsupportedFeatureError, counted
 from rlds_writer.record import rllib_sink
 from rlds_writer.store import layout
 from rlds_writer.store.object_path import as_path
@@ -94,6 +94,7 @@ class RunnerDelivery:
         """Finds the driver's sink and whether it sees this runner's files."""
         sink = rllib_sink.find_sink(output_root)
         if sink is None:
+            _refuse_a_bucket_without_sink(output_root)
             return cls(output_root, None, False, {"worker_index": worker_index, "split": split})
         root = as_path(output_root)
         # An object-store root: every runner ships (none writes or locks the bucket).
@@ -167,6 +168,28 @@ class RunnerDelivery:
                 if not piece:
                     break
         ray.get(self.sink.seal.remote(self.incarnation, dataset, name, size))
+
+
+def _refuse_a_bucket_without_sink(output_root: str) -> None:
+    """Refuses to write a bucket straight from a node of a multi-node cluster.
+
+    Without the driver's sink (the recorder's `on_algorithm_init` did not run
+    in this Ray job) runners would lock the bucket themselves, and a lock
+    left by a runner killed on another node cannot be taken over.
+    """
+    if layout.is_local(output_root):
+        return
+    try:
+        ray = _ray()
+    except ImportError:
+        return  # no Ray: one process writes
+    if ray.is_initialized() and len([n for n in ray.nodes() if n.get("Alive")]) > 1:
+        raise UnsupportedFeatureError(
+            f"output_root {output_root}: this EnvRunner found no rlds_writer sink on the "
+            "driver's node, so it would write the bucket from a node of a multi-node cluster; "
+            "pass RLDSRecorder.with_options(...) to the algorithm's config.callbacks() and "
+            "build it with build_algo(), whose driver starts the sink"
+        )
 
 
 def _seen_by(sink: Any, root: epath.Path) -> bool:

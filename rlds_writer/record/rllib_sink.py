@@ -81,6 +81,7 @@ class EpisodeSink:
         self.fsync = fsync
         # Object stores: shards are assembled here, then uploaded whole.
         self.staging = tempfile.mkdtemp(prefix="rlds_writer-sink-") if self.remote else None
+        self._uploaded: dict[str, bytes] = {}  # object -> the JSON bytes last written there
         self.reports: dict[str, dict[str, Any]] = {}
         # incarnation -> {runner's dataset dir (relative): mirror dir (relative)}
         self.mirrors: dict[str, dict[str, str]] = {}
@@ -163,8 +164,12 @@ class EpisodeSink:
                 raise UnsafePathError(f"runner sent {name!r}; a mirror takes only dataset JSON")
             target = self._target(incarnation, dataset, name)
             if self.remote:
-                # One plain overwrite per object (no rename on object stores), the listing last.
-                storage.storage_for(os.fspath(target)).replace_bytes(os.fspath(target), files[name])
+                # One plain overwrite per object (no rename on object stores), the listing
+                # last; unchanged JSON (features.json after the first sample()) is not re-sent.
+                key = os.fspath(target)
+                if self._uploaded.get(key) != files[name]:
+                    storage.storage_for(key).replace_bytes(key, files[name])
+                    self._uploaded[key] = files[name]
                 continue
             with layout.atomic_file(target, self.fsync) as f:
                 f.write(files[name])

@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 
 import rlds_writer
+from rlds_writer.errors import UnsafePathError
 from rlds_writer.record import rllib_delivery, rllib_sink
 from rlds_writer.store import layout
 from rlds_writer.store.storage import storage_for
@@ -100,4 +102,19 @@ def test_a_second_incarnation_or_an_earlier_run_gets_its_own_mirror(s3_bucket, t
     assert sink.mirror("newer", "writer-00001") == "writer-00001.2"
     _ship(sink, "new", local, piece=1 << 20)
     assert rlds_writer.open_dataset(s3_bucket.path("run", "writer-00001.1")).splits == {"train": 2}
+    sink.finish()
+
+
+@pytest.mark.parametrize("dataset", ["../escape", "/abs", "a/../../b", ""])
+def test_the_sink_refuses_a_path_that_leaves_the_root_in_the_bucket(s3_bucket, dataset):
+    victim = s3_bucket.path("victim.json")
+    fs = storage_for(victim)
+    fs.replace_bytes(victim, b"keep")
+    sink = rllib_sink.EpisodeSink(s3_bucket.path("run"))
+    with pytest.raises(UnsafePathError, match="leaves the output root"):
+        sink.commit("a", dataset, {"dataset_info.json": b"{}"})
+    with pytest.raises(UnsafePathError):
+        sink.commit("a", "writer-00001", {"../victim.json": b"{}"})
+    assert fs.read_bytes(victim) == b"keep"
+    assert not fs.exists(s3_bucket.path("run", "writer-00001", "dataset_info.json"))
     sink.finish()
