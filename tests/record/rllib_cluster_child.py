@@ -15,8 +15,9 @@ see the driver's files; a custom resource (`slot`, one per node) puts the
 other EnvRunner there. SCENARIO: `single` (CartPole), `multi` (two
 modules), `lost` (CartPole; one shard the second node's runner shipped is
 deleted on the driver's node before `algo.stop()`) or
-`s3` (CartPole into `s3://<bucket>/run` on a moto server started in this
-namespace on 127.0.0.1; every node reaches it through `AWS_ENDPOINT_URL`) or
+`s3` and `multi_s3` (as `single` and `multi`, into `s3://<bucket>/run` on a
+moto server started in this namespace on 127.0.0.1; every node reaches it
+through `AWS_ENDPOINT_URL`) or
 `node_lost` (CartPole; the second node is stopped after the first
 `train()` and a third one, as blind to the driver's files, joins: RLlib
 restarts the runner there). In the others the EnvRunner on the second node
@@ -103,7 +104,7 @@ def _config(scenario: str, root: str) -> Any:
     from rlds_writer.record.rllib import RLDSRecorder
 
     config = PPOConfig()
-    if scenario == "multi":
+    if scenario.startswith("multi"):
         from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
 
         config = config.environment(MultiAgentCartPole, env_config={"num_agents": 2}).multi_agent(
@@ -160,10 +161,17 @@ def _bucket_counts(root: str) -> tuple[list[str], dict[str, int]]:
     fs = storage_for(root)
     left = [n for n in fs.listdir(root) if n.startswith("writer-")]
     merged = fs.join(root, "merged")
-    if not fs.exists(fs.join(merged, "dataset_info.json")):
+    if not fs.exists(merged):
         return left, {}
-    dataset = rlds_writer.open_dataset(merged)
-    return left, {split: sum(1 for _ in dataset.episodes(split)) for split in dataset.splits}
+    datasets = {"": merged}
+    if not fs.exists(fs.join(merged, "dataset_info.json")):  # one per module
+        datasets = {f"{m}/": fs.join(merged, m) for m in fs.listdir(merged)}
+    counts = {}
+    for prefix, path in datasets.items():
+        dataset = rlds_writer.open_dataset(path)
+        for split in dataset.splits:
+            counts[prefix + split] = sum(1 for _ in dataset.episodes(split))
+    return left, counts
 
 
 def _kill_remote_runner(algo: Any, driver_node: str) -> dict[str, Any]:
@@ -303,7 +311,7 @@ def main() -> None:
     root = os.path.join(hidden, "run")
     os.makedirs(root)
     servers = []
-    if scenario == "s3":
+    if scenario.endswith("s3"):
         bucket, moto = _start_moto(work)
         servers.append(moto)
         root = f"{bucket}/run"
@@ -339,7 +347,7 @@ def main() -> None:
             algo.stop()
         except Exception as e:  # noqa: BLE001 - reported to the test
             result["stop_error"] = f"{type(e).__name__}: {e}"
-        if scenario == "s3":
+        if scenario.endswith("s3"):
             result["runner_directories"], result["merged"] = _bucket_counts(root)
         else:
             result["runner_directories"] = sorted(

@@ -117,6 +117,15 @@ def test_every_finished_agent_episode_of_every_node_is_merged():
     assert sum(result["merged"].values()) <= 2 * result["rllib_episodes"]
 
 
+def test_every_finished_agent_episode_of_every_node_is_merged_in_the_bucket():
+    result = _run("multi_s3")
+    assert "stop_error" not in result
+    assert result["rllib_episodes"] > 0
+    assert set(result["merged"]) == {"p0/train", "p1/train"}
+    assert result["merged"] == result["reported"]
+    assert max(result["merged"].values()) == result["rllib_episodes"]
+
+
 def test_a_shipped_shard_missing_at_stop_raises_naming_the_runner_and_node():
     result = _run("lost")
     error = result["stop_error"]
