@@ -31,7 +31,10 @@ How it works (details in the modules named):
   A runner whose node does not see the driver's output root (a Ray cluster
   without a shared file system) then ships its closed shards through Ray to
   an actor on the driver's node (`rllib_delivery.py`, `rllib_sink.py`), and
-  every runner reports the episodes it finished.
+  every runner reports the episodes it finished. With an object-store
+  output root (`s3://`, `gs://`) and Ray, every runner ships: only that
+  actor writes the bucket (`<root>/writer-00001`, ...), shards uploaded
+  whole and JSON last, and the driver merges in place in the bucket.
 * `algo.stop()` closes every runner's writer, checks that the runner
   directories hold every reported episode, merges them into
   `<output_root>/merged` (`rllib_directories.py`) and checks the merged
@@ -66,6 +69,7 @@ from rlds_writer.record.rllib_directories import (
 )
 from rlds_writer.record.rllib_options import DEFAULTS, checked_options
 from rlds_writer.record.rllib_tf import keep_tf2_behavior
+from rlds_writer.store.object_path import as_path
 
 module_runner_directories = multi.module_runner_directories
 keep_tf2_behavior()
@@ -125,8 +129,7 @@ class RLDSRecorder(RLlibCallback):
         if config is not None and getattr(config, "is_multi_agent", False):
             for module_id in config.policies or {}:
                 multi.check_module_id(module_id)  # before any runner records
-        root = epath.Path(self._opts["output_root"])
-        rllib_sink.refuse_object_store_on_a_cluster(root)
+        root = as_path(self._opts["output_root"])
         prepare_output_root(self._opts)
         self._sink = rllib_sink.start_driver_sink(root, self._opts)
         # Close the runners' writers, check and merge when the algorithm stops.

@@ -13,6 +13,11 @@ root and the sink looks for it on the driver's node.
   through Ray to the sink, which mirrors them into `<root>/writer-00002` on
   the driver's node. Steps are still written locally, at local speed; only
   closed shards travel, once each.
+* **Object-store root** (`s3://`, `gs://`), any node: the same as *not
+  seen*, with the staging directory in the node's temporary directory
+  (`$TMPDIR/.rlds_writer-staging/<incarnation>`). Runners never write nor
+  lock the bucket; the sink uploads each shard whole into
+  `<root>/writer-00002`, and the driver merges in place in the bucket.
 
 Either way the runner then reports how many episodes it has finished into
 each directory; `check_delivered` compares those reports with what the
@@ -24,15 +29,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from etils import epath
 
-from rlds_writer.errors import EpisodesLostError, counted
+from rlds_writer.errors import EpisodesLostError, UnsupportedFeatureError, counted
 from rlds_writer.record import rllib_sink
 from rlds_writer.store import file_io, layout
+from rlds_writer.store.object_path import as_path
 
 STAGING = ".rlds_writer-staging"
 PIECE = 16 * 1024 * 1024  # bytes of a shard per call to the sink
@@ -66,12 +73,18 @@ class RunnerDelivery:
     """
 
     def __init__(self, output_root: str, sink: Any, shipping: bool, identity: dict[str, Any]):
-        self.root = epath.Path(output_root)
+        self.root = as_path(output_root)
         self.sink = sink
         self.shipping = shipping
         self.identity = identity
         self.incarnation = uuid.uuid4().hex
-        self.local_root = self.root / STAGING / self.incarnation if shipping else self.root
+        if not shipping:
+            self.local_root = self.root
+        elif file_io.is_local(output_root):
+            self.local_root = self.root / STAGING / self.incarnation
+        else:
+            # A bucket cannot stage: this node's temporary directory does.
+            self.local_root = epath.Path(tempfile.gettempdir()) / STAGING / self.incarnation
         self._shipped: dict[str, set[str]] = {}  # dataset -> shard names shipped
         self._mirrors: dict[str, str] = {}  # dataset -> mirror directory on the driver
         self._reported: dict[str, dict[str, int]] | None = None
@@ -81,9 +94,11 @@ class RunnerDelivery:
         """Finds the driver's sink and whether it sees this runner's files."""
         sink = rllib_sink.find_sink(output_root)
         if sink is None:
+            _refuse_a_bucket_without_sink(output_root)
             return cls(output_root, None, False, {"worker_index": worker_index, "split": split})
-        root = epath.Path(output_root)
-        shipping = file_io.is_local(root) and not _seen_by(sink, root)
+        root = as_path(output_root)
+        # An object-store root: every runner ships (none writes or locks the bucket).
+        shipping = not file_io.is_local(root) or not _seen_by(sink, root)
         return cls(output_root, sink, shipping, _identity(worker_index, split))
 
     def deliver(self, datasets: Mapping[epath.Path, tuple[str, int]], final: bool = False) -> None:
@@ -155,6 +170,28 @@ class RunnerDelivery:
         ray.get(self.sink.seal.remote(self.incarnation, dataset, name, size))
 
 
+def _refuse_a_bucket_without_sink(output_root: str) -> None:
+    """Refuses to write a bucket straight from a node of a multi-node cluster.
+
+    Without the driver's sink (the recorder's `on_algorithm_init` did not run
+    in this Ray job) runners would lock the bucket themselves, and a lock
+    left by a runner killed on another node cannot be taken over.
+    """
+    if file_io.is_local(output_root):
+        return
+    try:
+        ray = _ray()
+    except ImportError:
+        return  # no Ray: one process writes
+    if ray.is_initialized() and len([n for n in ray.nodes() if n.get("Alive")]) > 1:
+        raise UnsupportedFeatureError(
+            f"output_root {output_root}: this EnvRunner found no rlds_writer sink on the "
+            "driver's node, so it would write the bucket from a node of a multi-node cluster; "
+            "pass RLDSRecorder.with_options(...) to the algorithm's config.callbacks() and "
+            "build it with build_algo(), whose driver starts the sink"
+        )
+
+
 def _seen_by(sink: Any, root: epath.Path) -> bool:
     """Whether the sink (on the driver's node) sees a file this process makes in `root`."""
     ray = _ray()
@@ -187,8 +224,9 @@ def expected_counts(reports: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[
     return out
 
 
-def listed_counts(directory: epath.Path) -> tuple[dict[str, int], list[str]]:
+def listed_counts(directory: Any) -> tuple[dict[str, int], list[str]]:
     """Episodes per split a dataset directory lists, and the listed shard files it lacks."""
+    directory = as_path(directory)
     if not (directory / layout.DATASET_INFO).exists():
         return {}, []
     info = file_io.read_json(directory / layout.DATASET_INFO)
@@ -209,7 +247,7 @@ def check_delivered(root: epath.PathLike, reports: Mapping[str, Mapping[str, Any
     Raises:
       EpisodesLostError: naming the runner, its node and the directory.
     """
-    root = epath.Path(root)
+    root = as_path(root)
     for directory, splits in sorted(expected_counts(reports).items()):
         listed, missing = listed_counts(root / directory)
         short = {s: n for s, n in splits.items() if listed.get(s, 0) < n}
@@ -240,7 +278,7 @@ def check_merged(
     Raises:
       EpisodesLostError: naming the merged directory, the split and the counts.
     """
-    merged = epath.Path(merged)
+    merged = as_path(merged)
     wanted: dict[str, dict[str, int]] = {}
     for directory, splits in expected_counts(reports).items():
         module = directory.rpartition("/")[0] if per_module else ""

@@ -19,6 +19,7 @@ from rlds_writer.store import file_io, layout
 from rlds_writer.store.locking import DirectoryLock
 from rlds_writer.store.merge import merge as merge_directories
 from rlds_writer.store.merge import writer_directory
+from rlds_writer.store.object_path import as_path
 
 _log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ def _is_writer_directory(path: epath.Path) -> bool:
 
 def runner_directories(output_root: epath.PathLike) -> list[epath.Path]:
     """The per-runner dataset directories under `output_root`, sorted by name."""
-    root = epath.Path(output_root)
+    root = as_path(output_root)
     if not root.exists():
         return []
     return sorted((p for p in root.iterdir() if _is_writer_directory(p)), key=lambda p: p.name)
@@ -46,7 +47,7 @@ def all_runner_directories(output_root: epath.PathLike) -> list[epath.Path]:
 
 def merged_directory(opts: Mapping[str, Any]) -> epath.Path:
     """Where the runner datasets are merged (`merged_directory`, or `<root>/merged`)."""
-    return epath.Path(opts["merged_directory"] or epath.Path(opts["output_root"]) / MERGED)
+    return as_path(opts["merged_directory"] or as_path(opts["output_root"]) / MERGED)
 
 
 def datasets_in(merged: epath.Path) -> list[str]:
@@ -62,7 +63,7 @@ def datasets_in(merged: epath.Path) -> list[str]:
 
 def prepare_output_root(opts: Mapping[str, Any]) -> None:
     """Applies `mode` to an output root (refuse, or delete earlier recordings) and makes it."""
-    root = epath.Path(opts["output_root"])
+    root = as_path(opts["output_root"])
     existing = all_runner_directories(root)
     merged = merged_directory(opts)
     merged_sets = datasets_in(merged)
@@ -74,10 +75,22 @@ def prepare_output_root(opts: Mapping[str, Any]) -> None:
         )
     if opts["mode"] == "overwrite":
         for path in existing:
-            path.rmtree()
+            _remove_tree(path)
         if merged.exists():
-            merged.rmtree()
+            _remove_tree(merged)
     root.mkdir(parents=True, exist_ok=True)
+
+
+def _remove_tree(path: Any) -> None:
+    """Removes a directory tree, on disk or in a bucket (objects one by one)."""
+    if file_io.is_local(path):
+        epath.Path(path).rmtree()
+        return
+    for child in list(path.iterdir()):
+        if child.is_dir():
+            _remove_tree(child)
+        else:
+            child.unlink(missing_ok=True)
 
 
 def free_directory(root: epath.PathLike, base: str) -> epath.Path:
@@ -108,7 +121,7 @@ def merge_runner_datasets(opts: Mapping[str, Any]) -> Any:
       The `MergeReport` (multi-agent: module id -> report), or None if
       nothing was recorded.
     """
-    root = epath.Path(opts["output_root"])
+    root = as_path(opts["output_root"])
     move = opts["move_on_merge"]
     merged = merged_directory(opts)
     modules = multi.module_runner_directories(root)

@@ -29,6 +29,7 @@ from rlds_writer.record.rllib_chunks import ChunkWriter, extract, make_recorder
 from rlds_writer.store import names
 from rlds_writer.store.locking import DirectoryLock
 from rlds_writer.store.merge import writer_directory
+from rlds_writer.store.object_path import as_path
 
 RESERVED = "merged"
 
@@ -40,7 +41,7 @@ def is_multi_agent(episode: Any) -> bool:
 
 def module_runner_directories(output_root: epath.PathLike) -> dict[str, list[epath.Path]]:
     """Module id -> its runner dataset directories (`<root>/<module>/writer-*`), sorted."""
-    root = epath.Path(output_root)
+    root = as_path(output_root)
     if not root.exists():
         return {}
     out = {}
@@ -145,7 +146,7 @@ class MultiAgentRecording:
         root: epath.PathLike | None = None,
     ):
         self._opts = opts
-        self._root = epath.Path(root or opts["output_root"])
+        self._root = as_path(root or opts["output_root"])
         self._name = writer_name
         self._worker_index = worker_index
         self.split = split

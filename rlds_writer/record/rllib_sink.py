@@ -14,6 +14,14 @@ things for every EnvRunner, whatever node it runs on:
   first (each written to a temporary name and renamed into place), then
   `features.json`/`metadata.json`, then `dataset_info.json`, so that the
   mirror is always a consistent dataset listing only complete shards.
+* with an object-store output root (`s3://`, `gs://`) it receives the
+  shards of **every** runner: runners never write, nor lock, the bucket.
+  The sink assembles each shard in a local temporary file on the driver's
+  node, uploads it whole through the storage seam when it is complete, and
+  writes the JSON files last with plain overwrites (`dataset_info.json`
+  last), so a reader of the bucket never sees a shard that is not listed
+  complete. Only the sink writes a mirror, so no lock object is made in the
+  bucket that a killed runner could leave behind.
 
 This module imports no TensorFlow and no RLlib: the actor process stays
 small. The runner's side is `record/rllib_delivery.py`.
@@ -23,14 +31,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 from etils import epath
 
-from rlds_writer.errors import LockedError, UnsafePathError, UnsupportedFeatureError
-from rlds_writer.store import file_io, layout
+from rlds_writer.errors import LockedError, UnsafePathError
+from rlds_writer.store import file_io, layout, storage
 from rlds_writer.store.locking import DirectoryLock
+from rlds_writer.store.object_path import as_path
 
 # Files of a dataset directory a mirror receives after its shards, the listing last.
 METADATA_FILES = (layout.FEATURES, layout.METADATA)
@@ -59,13 +70,18 @@ class EpisodeSink:
     """Reports and mirrored datasets of every EnvRunner, on the driver's node.
 
     Args:
-      output_root: the recording's output root (a local directory here).
+      output_root: the recording's output root: a directory of the driver's
+        node, or an object-store path (`s3://bucket/run`).
       fsync: fsync mirrored files and directories (the writers' `fsync`).
     """
 
     def __init__(self, output_root: str, fsync: bool = False):
-        self.root = epath.Path(output_root)
+        self.root = as_path(output_root)
+        self.remote = storage.is_remote(output_root)
         self.fsync = fsync
+        # Object stores: shards are assembled here, then uploaded whole.
+        self.staging = tempfile.mkdtemp(prefix="rlds_writer-sink-") if self.remote else None
+        self._uploaded: dict[str, bytes] = {}  # object -> the JSON bytes last written there
         self.reports: dict[str, dict[str, Any]] = {}
         # incarnation -> {runner's dataset dir (relative): mirror dir (relative)}
         self.mirrors: dict[str, dict[str, str]] = {}
@@ -73,6 +89,8 @@ class EpisodeSink:
 
     def sees(self, relpath: str) -> bool:
         """Whether a file a runner just made in the output root exists here (shared storage)."""
+        if self.remote:
+            return False  # runners never write the bucket themselves
         return (self.root / _checked_relative(relpath)).exists()
 
     def mirror(self, incarnation: str, dataset: str) -> str:
@@ -88,6 +106,12 @@ class EpisodeSink:
             directory = self.root / relative
             if relative in {m for ms in self.mirrors.values() for m in ms.values()}:
                 continue
+            if self.remote:
+                # Only this sink writes mirrors in the bucket: no lock object to leave behind.
+                if directory.exists() and any(True for _ in directory.iterdir()):
+                    continue  # an earlier run's directory: never mixed with this one
+                mirrors[dataset] = relative
+                return relative
             if os.path.islink(directory) or os.path.islink(directory.parent):
                 continue  # a link planted in the root: never written through
             directory.mkdir(parents=True, exist_ok=True)
@@ -119,10 +143,16 @@ class EpisodeSink:
             os.close(fd)
 
     def seal(self, incarnation: str, dataset: str, name: str, size: int) -> None:
-        """Renames the complete temporary copy of shard `name` into the mirror."""
+        """Moves the complete temporary copy of shard `name` into the mirror (object
+        stores: uploads it whole)."""
         path = self._temp(incarnation, dataset, name)
         if os.path.getsize(path) != size:
             raise OSError(f"{path}: received {os.path.getsize(path)} of {size} bytes")
+        if self.remote:
+            target = os.fspath(self._target(incarnation, dataset, name))
+            storage.storage_for(target).upload(path, target)
+            os.unlink(path)
+            return
         if self.fsync:
             file_io.fsync_file(path)
         os.replace(path, self._target(incarnation, dataset, name))
@@ -132,7 +162,16 @@ class EpisodeSink:
         for name in sorted(files, key=lambda n: n == LISTING):
             if name not in (*METADATA_FILES, LISTING):
                 raise UnsafePathError(f"runner sent {name!r}; a mirror takes only dataset JSON")
-            with file_io.atomic_file(self._target(incarnation, dataset, name), self.fsync) as f:
+            target = self._target(incarnation, dataset, name)
+            if self.remote:
+                # One plain overwrite per object (no rename on object stores), the listing
+                # last; unchanged JSON (features.json after the first sample()) is not re-sent.
+                key = os.fspath(target)
+                if self._uploaded.get(key) != files[name]:
+                    storage.storage_for(key).replace_bytes(key, files[name])
+                    self._uploaded[key] = files[name]
+                continue
+            with file_io.atomic_file(target, self.fsync) as f:
                 f.write(files[name])
 
     def report(self, incarnation: str, report: dict[str, Any]) -> None:
@@ -145,6 +184,8 @@ class EpisodeSink:
             for lock in locks:
                 lock.release()
         self.locks.clear()
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
         return self.reports
 
     def release(self, incarnation: str) -> None:
@@ -152,7 +193,7 @@ class EpisodeSink:
         for lock in self.locks.pop(incarnation, []):
             lock.release()
 
-    def _target(self, incarnation: str, dataset: str, name: str) -> epath.Path:
+    def _target(self, incarnation: str, dataset: str, name: str) -> Any:
         if "/" in name or name in ("", ".", "..") or name == layout.LOCK:
             raise UnsafePathError(f"runner sent the file name {name!r}")
         return self.root / self.mirror(incarnation, dataset) / name
@@ -161,6 +202,10 @@ class EpisodeSink:
         # A name `recover` and `merge` know as a temporary file (`layout.TEMP_FILE`).
         target = self._target(incarnation, dataset, name)
         tag = hashlib.sha256(incarnation.encode()).hexdigest()[:16]
+        if self.remote:
+            # A flat local name: the mirror's path hashed, so two mirrors never collide.
+            where = hashlib.sha256(os.fspath(target).encode()).hexdigest()[:24]
+            return os.path.join(self.staging, f".{where}.tmp-{os.getpid()}-{tag}")
         return os.fspath(target.parent / f".{target.name}.tmp-{os.getpid()}-{tag}")
 
 
@@ -179,25 +224,11 @@ def start_sink(output_root: str, fsync: bool) -> Any:
     return actor.remote(os.fspath(output_root), fsync)
 
 
-def refuse_object_store_on_a_cluster(root: epath.PathLike) -> None:
-    """Refuses an object-store output root when Ray runs on more than one node."""
-    if file_io.is_local(root):
-        return
-    import ray
-
-    if ray.is_initialized() and len([n for n in ray.nodes() if n.get("Alive")]) > 1:
-        raise UnsupportedFeatureError(
-            f"output_root {root}: recording to object storage from a multi-node Ray cluster "
-            "is not supported yet; record to a local directory of the driver's node (runners "
-            "on other nodes ship their shards to it) or to a shared file system"
-        )
-
-
 def start_driver_sink(root: epath.PathLike, opts: Mapping[str, Any]) -> Any:
-    """The driver's sink for an `RLDSRecorder` (None without Ray or for an object-store root)."""
+    """The driver's sink for an `RLDSRecorder` (None without Ray: one process writes)."""
     import ray
 
-    if not ray.is_initialized() or not file_io.is_local(root):
+    if not ray.is_initialized():
         return None
     fsync = bool((opts["writer_kwargs"] or {}).get("fsync", False))
     return start_sink(os.fspath(root), fsync)

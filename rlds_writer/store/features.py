@@ -5,9 +5,10 @@ JSON form of its `Feature` proto: every node has a `pythonClassName` and one
 content key, `featuresDict`, `sequence`, `tensor`, `text`, `image`,
 `classLabel`). Both sides of the store see the same tree of leaves:
 
-- `walk_features` (`store/feature_walk.py`, public here too) is the one walk: it yields every leaf (and every empty
-  `FeaturesDict`) with its path, per-step leaves first, descending nested
-  dicts and the top-level `steps` sequence. The writer walks TFDS's feature
+- `walk_features` (`store/feature_walk.py`, public here too) is the one
+  walk: it yields every leaf (and every empty `FeaturesDict`) with its path,
+  per-step leaves first, descending nested dicts and the top-level `steps`
+  sequence. The writer walks TFDS's feature
   objects with it (`field_specs.compile_fields`); the reader, statistics and
   `info` walk `features.json` with it (`parse_features`, `load_features`).
 - The kinds below say how a leaf's values sit in a `tf.train.Example`; the

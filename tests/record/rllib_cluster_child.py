@@ -15,6 +15,9 @@ see the driver's files; a custom resource (`slot`, one per node) puts the
 other EnvRunner there. SCENARIO: `single` (CartPole), `multi` (two
 modules), `lost` (CartPole; one shard the second node's runner shipped is
 deleted on the driver's node before `algo.stop()`) or
+`s3` and `multi_s3` (as `single` and `multi`, into `s3://<bucket>/run` on a
+moto server started in this namespace on 127.0.0.1; every node reaches it
+through `AWS_ENDPOINT_URL`) or
 `node_lost` (CartPole; the second node is stopped after the first
 `train()` and a third one, as blind to the driver's files, joins: RLlib
 restarts the runner there). In the others the EnvRunner on the second node
@@ -101,7 +104,7 @@ def _config(scenario: str, root: str) -> Any:
     from rlds_writer.record.rllib import RLDSRecorder
 
     config = PPOConfig()
-    if scenario == "multi":
+    if scenario.startswith("multi"):
         from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
 
         config = config.environment(MultiAgentCartPole, env_config={"num_agents": 2}).multi_agent(
@@ -126,15 +129,49 @@ def _config(scenario: str, root: str) -> Any:
     )
 
 
-def _s3_refusal() -> str:
-    """What the recorder says to an object-store root on this two-node cluster."""
-    try:
-        from rlds_writer.record import rllib_sink
+def _start_moto(work: str) -> tuple[str, subprocess.Popen]:
+    """A moto S3 server on this namespace's loopback, and a fresh bucket on it."""
+    port = _free_port()
+    log = open(os.path.join(work, "moto.log"), "wb")  # noqa: SIM115 - the server's life
+    server = subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "moto_server"), "-H", "127.0.0.1"]
+        + ["-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    _wait_for_port(f"127.0.0.1:{port}")
+    # Set before the nodes start: the raylets, hence every Ray worker, inherit it.
+    os.environ.update(
+        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
+    import fsspec
 
-        rllib_sink.refuse_object_store_on_a_cluster("s3://bucket/run")
-    except Exception as e:  # noqa: BLE001 - reported to the test
-        return f"{type(e).__name__}: {e}"
-    return ""
+    fsspec.filesystem("s3").mkdir("cluster-bucket")
+    return "s3://cluster-bucket", server
+
+
+def _bucket_counts(root: str) -> tuple[list[str], dict[str, int]]:
+    """The runner directories left in the bucket, and episodes read back from the merge."""
+    import rlds_writer
+    from rlds_writer.store.storage import storage_for
+
+    fs = storage_for(root)
+    left = [n for n in fs.listdir(root) if n.startswith("writer-")]
+    merged = fs.join(root, "merged")
+    if not fs.exists(merged):
+        return left, {}
+    datasets = {"": merged}
+    if not fs.exists(fs.join(merged, "dataset_info.json")):  # one per module
+        datasets = {f"{m}/": fs.join(merged, m) for m in fs.listdir(merged)}
+    counts = {}
+    for prefix, path in datasets.items():
+        dataset = rlds_writer.open_dataset(path)
+        for split in dataset.splits:
+            counts[prefix + split] = sum(1 for _ in dataset.episodes(split))
+    return left, counts
 
 
 def _kill_remote_runner(algo: Any, driver_node: str) -> dict[str, Any]:
@@ -273,6 +310,11 @@ def main() -> None:
     hidden = os.path.join(work, "out")
     root = os.path.join(hidden, "run")
     os.makedirs(root)
+    servers = []
+    if scenario.endswith("s3"):
+        bucket, moto = _start_moto(work)
+        servers.append(moto)
+        root = f"{bucket}/run"
     address, nodes = _start_nodes(work, hidden)
     result: dict[str, Any] = {}
     try:
@@ -285,7 +327,6 @@ def main() -> None:
                 break
             time.sleep(1)
         driver_node = ray.get_runtime_context().get_node_id()
-        result["s3_refused"] = _s3_refusal()
         algo = _config(scenario, root).build_algo()
         results = [algo.train()]
         if scenario == "node_lost":
@@ -306,11 +347,14 @@ def main() -> None:
             algo.stop()
         except Exception as e:  # noqa: BLE001 - reported to the test
             result["stop_error"] = f"{type(e).__name__}: {e}"
-        result["runner_directories"] = sorted(
-            p for p in os.listdir(root) if p.startswith("writer-")
-        )
-        merged = os.path.join(root, "merged")
-        result["merged"] = _merged_counts(merged) if os.path.exists(merged) else {}
+        if scenario.endswith("s3"):
+            result["runner_directories"], result["merged"] = _bucket_counts(root)
+        else:
+            result["runner_directories"] = sorted(
+                p for p in os.listdir(root) if p.startswith("writer-")
+            )
+            merged = os.path.join(root, "merged")
+            result["merged"] = _merged_counts(merged) if os.path.exists(merged) else {}
         ray.shutdown()
     except BaseException:
         import traceback
@@ -328,6 +372,9 @@ def main() -> None:
                 node.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 node.kill()
+        for server in servers:
+            server.kill()
+            server.wait()
 
 
 if __name__ == "__main__":

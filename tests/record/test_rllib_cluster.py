@@ -69,7 +69,7 @@ def _run(scenario: str) -> dict:
 
 @pytest.fixture(scope="module")
 def single() -> dict:
-    """One single-agent run serves both tests that read it."""
+    """One single-agent run (the tests reading it share it)."""
     return _run("single")
 
 
@@ -83,11 +83,16 @@ def test_every_finished_episode_of_every_node_is_merged(single):
     assert result["runner_directories"] == []  # merged by moving
 
 
-def test_an_object_store_root_on_a_multi_node_cluster_is_refused_in_one_line(single):
-    result = single
-    # Until runners write their own subdirectories of the bucket (issue 25).
-    assert result["s3_refused"].startswith("UnsupportedFeatureError: output_root s3://")
-    assert "\n" not in result["s3_refused"]
+def test_every_finished_episode_of_every_node_is_merged_in_the_bucket():
+    # Output root s3://cluster-bucket/run on a moto server inside the namespace;
+    # a runner on the second node is killed and restarted mid-run.
+    result = _run("s3")
+    assert result["restarted_on"] != result["driver_node"]
+    assert "stop_error" not in result
+    assert result["rllib_episodes"] > 0
+    # Read back with open_dataset("s3://..."): RLlib's counter and the runners' counts.
+    assert result["merged"] == {"train": result["rllib_episodes"]} == result["reported"]
+    assert result["runner_directories"] == []  # moved into the merge, in the bucket
 
 
 def test_a_runner_restarted_on_another_node_after_its_node_died_loses_nothing_delivered():
@@ -110,6 +115,15 @@ def test_every_finished_agent_episode_of_every_node_is_merged():
     # RLlib counts env episodes; each module has at most one agent episode in each.
     assert max(result["merged"].values()) == result["rllib_episodes"]
     assert sum(result["merged"].values()) <= 2 * result["rllib_episodes"]
+
+
+def test_every_finished_agent_episode_of_every_node_is_merged_in_the_bucket():
+    result = _run("multi_s3")
+    assert "stop_error" not in result
+    assert result["rllib_episodes"] > 0
+    assert set(result["merged"]) == {"p0/train", "p1/train"}
+    assert result["merged"] == result["reported"]
+    assert max(result["merged"].values()) == result["rllib_episodes"]
 
 
 def test_a_shipped_shard_missing_at_stop_raises_naming_the_runner_and_node():
