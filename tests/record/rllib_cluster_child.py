@@ -37,6 +37,11 @@ import sys
 import time
 from typing import Any
 
+# Before RLlib (which imports TensorFlow): rlds_writer makes TensorFlow load
+# RTLD_LOCAL; loaded RTLD_GLOBAL, PyPI's CUDA torch's triton aborts this
+# process (the learner's) at its first optimizer.
+import rlds_writer  # noqa: E402
+
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 
 
@@ -155,7 +160,6 @@ def _start_moto(work: str) -> tuple[str, subprocess.Popen]:
 
 def _bucket_counts(root: str) -> tuple[list[str], dict[str, int]]:
     """The runner directories left in the bucket, and episodes read back from the merge."""
-    import rlds_writer
     from rlds_writer.store.storage import storage_for
 
     fs = storage_for(root)
