@@ -92,7 +92,7 @@ def array_record_records(path: epath.PathLike) -> Iterator[bytes]:
     from array_record.python import array_record_module
 
     file_io.refuse_symlink(path, "shard file")
-    with _local_copy(path) as local:
+    with local_copy(path) as local:
         reader = array_record_module.ArrayRecordReader(local)
         try:
             n = reader.num_records()
@@ -104,24 +104,6 @@ def array_record_records(path: epath.PathLike) -> Iterator[bytes]:
 
 @contextlib.contextmanager
 def local_copy(path: epath.PathLike) -> Iterator[str]:
-    """A local file name for `path`: itself, or a temporary download of a remote object.
-
-    For the array_record library, which opens files by name; TFRecord never
-    needs it (range reads through the seam).
-    """
-    if file_io.is_local(path):
-        yield os.fspath(path)
-        return
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="rlds_writer-") as tmp:
-        local = os.path.join(tmp, as_path(path).name)
-        storage.storage_for(path).download(os.fspath(path), local)
-        yield local
-
-
-@contextlib.contextmanager
-def _local_copy(path: epath.PathLike) -> Iterator[str]:
     """A local file name for `path`: itself, or a temporary download of a remote object.
 
     For the array_record library, which opens files by name; TFRecord never
