@@ -5,14 +5,15 @@ network and mount namespaces (`unshare --net --pid --fork --kill-child
 --mount-proc`): everything started here ends when this process exits, and
 no Ray outside is reachable or touched.
 
-    python rllib_cluster_child.py WORKDIR SCENARIO RESULT_JSON
+    python rllib_cluster_child.py WORKDIR RESULT_JSON SCENARIO [SCENARIO ...]
 
 (`RLLIB_CLUSTER_LOGS=1` shows the runners' logs, recorder warnings included.)
 
 The head node runs the driver and one EnvRunner; a second node, started in a
 mount namespace of its own with a tmpfs over the output root's parent, cannot
 see the driver's files; a custom resource (`slot`, one per node) puts the
-other EnvRunner there. SCENARIO: `single` (CartPole), `multi` (two
+other EnvRunner there. The scenarios run one after the other on that one
+cluster, each into an output root of its own. SCENARIO: `single` (CartPole), `multi` (two
 modules), `lost` (CartPole; one shard the second node's runner shipped is
 deleted on the driver's node before `algo.stop()`) or
 `s3` and `multi_s3` (as `single` and `multi`, into `s3://<bucket>/run` on a
@@ -20,11 +21,11 @@ moto server started in this namespace on 127.0.0.1; every node reaches it
 through `AWS_ENDPOINT_URL`) or
 `node_lost` (CartPole; the second node is stopped after the first
 `train()` and a third one, as blind to the driver's files, joins: RLlib
-restarts the runner there). In the others the EnvRunner on the second node
+restarts the runner there; it runs after the others). In the others the EnvRunner on the second node
 is killed after the first `train()` (Ray restarts it, on that node: the
 only free `slot`). The result holds RLlib's
 lifetime episode counter, the episodes in the merged dataset and the error
-`algo.stop()` raised, if any.
+`algo.stop()` raised, if any, per scenario (or the scenario's traceback).
 """
 
 from __future__ import annotations
@@ -306,21 +307,65 @@ def _merged_counts(merged: str) -> dict[str, int]:
     return counts
 
 
+def _run_scenario(
+    scenario: str, root: str, address: str, hidden: str, nodes: list[subprocess.Popen]
+) -> dict[str, Any]:
+    import ray
+
+    result: dict[str, Any] = {}
+    driver_node = ray.get_runtime_context().get_node_id()
+    algo = _config(scenario, root).build_algo()
+    results = [algo.train()]
+    if scenario == "node_lost":
+        result.update(_lose_the_second_node(algo, address, hidden, nodes, driver_node))
+    else:
+        result.update(_kill_remote_runner(algo, driver_node))
+    result["driver_node"] = driver_node
+    results.append(algo.train())
+    results.append(algo.train())
+    lifetime = results[-1]["env_runners"].get("num_episodes_lifetime")
+    result["rllib_episodes"] = lifetime
+    result["reported"] = _reported_per_dataset(algo)
+    if scenario == "node_lost":
+        result["lost_node_episodes"] = _episodes_reported_from(algo, result["lost_node"])
+    try:
+        if scenario == "lost":
+            result["deleted"] = _delete_a_shipped_shard(algo, root, driver_node)
+        algo.stop()
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        result["stop_error"] = f"{type(e).__name__}: {e}"
+    if scenario.endswith("s3"):
+        result["runner_directories"], result["merged"] = _bucket_counts(root)
+    else:
+        result["runner_directories"] = sorted(
+            p for p in os.listdir(root) if p.startswith("writer-")
+        )
+        merged = os.path.join(root, "merged")
+        result["merged"] = _merged_counts(merged) if os.path.exists(merged) else {}
+    return result
+
+
+# `node_lost` replaces the second node and `lost` leaves a failed stop behind:
+# they run after the others, whatever order they were asked in.
+_LAST = ("node_lost", "lost")
+
+
 def main() -> None:
-    work, scenario, result_path = sys.argv[1:4]
+    work, result_path, *scenarios = sys.argv[1:]
+    scenarios.sort(key=lambda s: _LAST.index(s) + 1 if s in _LAST else 0)
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     # Loopback of a network namespace of our own: no token to share between the nodes.
     os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
     hidden = os.path.join(work, "out")
-    root = os.path.join(hidden, "run")
-    os.makedirs(root)
+    os.makedirs(hidden)
     servers = []
-    if scenario.endswith("s3"):
+    bucket = ""
+    if any(s.endswith("s3") for s in scenarios):
         bucket, moto = _start_moto(work)
         servers.append(moto)
-        root = f"{bucket}/run"
+    begun = time.monotonic()
     address, nodes = _start_nodes(work, hidden)
-    result: dict[str, Any] = {}
+    results: dict[str, Any] = {}
     try:
         import ray
 
@@ -330,45 +375,26 @@ def main() -> None:
             if len([n for n in ray.nodes() if n["Alive"]]) == 2:
                 break
             time.sleep(1)
-        driver_node = ray.get_runtime_context().get_node_id()
-        algo = _config(scenario, root).build_algo()
-        results = [algo.train()]
-        if scenario == "node_lost":
-            result.update(_lose_the_second_node(algo, address, hidden, nodes, driver_node))
-        else:
-            result.update(_kill_remote_runner(algo, driver_node))
-        result["driver_node"] = driver_node
-        results.append(algo.train())
-        results.append(algo.train())
-        lifetime = results[-1]["env_runners"].get("num_episodes_lifetime")
-        result["rllib_episodes"] = lifetime
-        result["reported"] = _reported_per_dataset(algo)
-        if scenario == "node_lost":
-            result["lost_node_episodes"] = _episodes_reported_from(algo, result["lost_node"])
-        try:
-            if scenario == "lost":
-                result["deleted"] = _delete_a_shipped_shard(algo, root, driver_node)
-            algo.stop()
-        except Exception as e:  # noqa: BLE001 - reported to the test
-            result["stop_error"] = f"{type(e).__name__}: {e}"
-        if scenario.endswith("s3"):
-            result["runner_directories"], result["merged"] = _bucket_counts(root)
-        else:
-            result["runner_directories"] = sorted(
-                p for p in os.listdir(root) if p.startswith("writer-")
-            )
-            merged = os.path.join(root, "merged")
-            result["merged"] = _merged_counts(merged) if os.path.exists(merged) else {}
-        ray.shutdown()
-    except BaseException:
-        import traceback
+        results["cluster_start_seconds"] = round(time.monotonic() - begun, 1)
+        for scenario in scenarios:
+            # One output root per scenario, all under the directory the other nodes cannot see.
+            root = os.path.join(hidden, scenario, "run")
+            os.makedirs(root)
+            if scenario.endswith("s3"):
+                root = f"{bucket}/{scenario}/run"
+            started = time.monotonic()
+            try:
+                results[scenario] = _run_scenario(scenario, root, address, hidden, nodes)
+            except Exception:  # noqa: BLE001 - reported to that scenario's test
+                import traceback
 
-        # Written before the nodes stop (Ray may end this process once they do).
-        result["child_error"] = traceback.format_exc()
-        raise
+                results[scenario] = {"child_error": traceback.format_exc()}
+            results[scenario]["seconds"] = round(time.monotonic() - started, 1)
+            # Written after each scenario: Ray may end this process if its nodes fail.
+            with open(result_path, "w") as f:
+                json.dump(results, f)
+        ray.shutdown()
     finally:
-        with open(result_path, "w") as f:
-            json.dump(result, f)
         for node in nodes:
             node.terminate()
         for node in nodes:

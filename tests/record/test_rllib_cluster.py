@@ -1,7 +1,8 @@
 """RLlib on a real two-node Ray cluster without a shared file system: nothing lost, or an error.
 
-Each test runs `rllib_cluster_child.py` as the first process of new PID,
-network and mount namespaces: its Ray head and second node listen on that
+The tests share one run of `rllib_cluster_child.py`, the first process of new
+PID, network and mount namespaces, which plays each selected test's scenario
+in turn on one cluster: its Ray head and second node listen on that
 namespace's loopback only, and everything in it ends when the child exits
 (no Ray outside is reached, attached to or stopped). The second node runs in
 a mount namespace of its own with a tmpfs over the output root's parent: it
@@ -26,7 +27,8 @@ pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 CHILD = os.path.join(os.path.dirname(__file__), "rllib_cluster_child.py")
-TIMEOUT = 420
+# Per scenario: one cluster start, then each scenario's three train() calls.
+TIMEOUT_PER_SCENARIO = 240
 
 
 def _can_unshare() -> bool:
@@ -38,7 +40,7 @@ def _can_unshare() -> bool:
     return probe.returncode == 0
 
 
-def _run(scenario: str) -> dict:
+def _run(scenarios: list[str]) -> dict[str, dict]:
     if not _can_unshare():
         pytest.skip("needs root and unshare (network, PID and mount namespaces)")
     # A short path: Ray's unix sockets live under it.
@@ -50,31 +52,58 @@ def _run(scenario: str) -> dict:
     try:
         child = subprocess.run(
             ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
-            + [sys.executable, CHILD, work, scenario, result_path],
+            + [sys.executable, CHILD, work, result_path, *scenarios],
             env=env,
             capture_output=True,
             text=True,
-            timeout=TIMEOUT,
+            timeout=TIMEOUT_PER_SCENARIO * len(scenarios),
         )
         # Ray's nodes warn on every start that no route leaves the namespace.
         log = "\n".join(line for line in child.stderr.splitlines() if "network_util" not in line)
-        assert os.path.exists(result_path), log[-4000:]
-        with open(result_path) as f:
-            result = json.load(f)
-        assert "rllib_episodes" in result, result.get("child_error") or log[-4000:]
-        return result
+        results = {}
+        if os.path.exists(result_path):
+            with open(result_path) as f:
+                results = json.load(f)
+        # A scenario the child never finished fails its own test with the child's log.
+        return {s: results.get(s, {"child_error": log[-4000:]}) for s in scenarios}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
+# Each test's scenario (rllib_cluster_child.py says what each does).
+_SCENARIOS = {
+    "test_every_finished_episode_of_every_node_is_merged": "single",
+    "test_every_finished_episode_of_every_node_is_merged_in_the_bucket": "s3",
+    "test_a_runner_restarted_on_another_node_after_its_node_died_loses_nothing_delivered": (
+        "node_lost"
+    ),
+    "test_every_finished_agent_episode_of_every_node_is_merged": "multi",
+    "test_every_finished_agent_episode_of_every_node_is_merged_in_the_bucket": "multi_s3",
+    "test_a_shipped_shard_missing_at_stop_raises_naming_the_runner_and_node": "lost",
+}
+
+
 @pytest.fixture(scope="module")
-def single() -> dict:
-    """One single-agent run (the tests reading it share it)."""
-    return _run("single")
+def runs(request) -> dict[str, dict]:
+    """One cluster for the module: the scenarios of the selected tests, played in one child."""
+    here = request.module.__file__
+    wanted = {
+        _SCENARIOS[item.originalname]
+        for item in request.session.items
+        if getattr(item, "fspath", None) and str(item.fspath) == here
+    }
+    return _run(sorted(wanted))
 
 
-def test_every_finished_episode_of_every_node_is_merged(single):
-    result = single
+@pytest.fixture
+def result(runs, request) -> dict:
+    """This test's scenario's result; the child's traceback if it did not finish."""
+    out = runs[_SCENARIOS[request.node.originalname]]
+    assert "rllib_episodes" in out, out.get("child_error")
+    return out
+
+
+def test_every_finished_episode_of_every_node_is_merged(result):
     assert result["restarted_on"] != result["driver_node"]  # a runner off the driver's node
     assert "stop_error" not in result
     assert result["rllib_episodes"] > 0
@@ -83,10 +112,9 @@ def test_every_finished_episode_of_every_node_is_merged(single):
     assert result["runner_directories"] == []  # merged by moving
 
 
-def test_every_finished_episode_of_every_node_is_merged_in_the_bucket():
+def test_every_finished_episode_of_every_node_is_merged_in_the_bucket(result):
     # Output root s3://cluster-bucket/run on a moto server inside the namespace;
     # a runner on the second node is killed and restarted mid-run.
-    result = _run("s3")
     assert result["restarted_on"] != result["driver_node"]
     assert "stop_error" not in result
     assert result["rllib_episodes"] > 0
@@ -95,8 +123,7 @@ def test_every_finished_episode_of_every_node_is_merged_in_the_bucket():
     assert result["runner_directories"] == []  # moved into the merge, in the bucket
 
 
-def test_a_runner_restarted_on_another_node_after_its_node_died_loses_nothing_delivered():
-    result = _run("node_lost")
+def test_a_runner_restarted_on_another_node_after_its_node_died_loses_nothing_delivered(result):
     assert result["restarted_on"] not in (result["driver_node"], result["lost_node"])
     assert "stop_error" not in result
     # The dead node's runner delivered episodes before it died; they are merged too.
@@ -104,8 +131,7 @@ def test_a_runner_restarted_on_another_node_after_its_node_died_loses_nothing_de
     assert result["merged"] == {"train": result["rllib_episodes"]}
 
 
-def test_every_finished_agent_episode_of_every_node_is_merged():
-    result = _run("multi")
+def test_every_finished_agent_episode_of_every_node_is_merged(result):
     assert "stop_error" not in result
     assert result["rllib_episodes"] > 0
     # Two agents act in every MultiAgentCartPole episode: one RLDS episode each.
@@ -117,8 +143,7 @@ def test_every_finished_agent_episode_of_every_node_is_merged():
     assert sum(result["merged"].values()) <= 2 * result["rllib_episodes"]
 
 
-def test_every_finished_agent_episode_of_every_node_is_merged_in_the_bucket():
-    result = _run("multi_s3")
+def test_every_finished_agent_episode_of_every_node_is_merged_in_the_bucket(result):
     assert "stop_error" not in result
     assert result["rllib_episodes"] > 0
     assert set(result["merged"]) == {"p0/train", "p1/train"}
@@ -126,8 +151,7 @@ def test_every_finished_agent_episode_of_every_node_is_merged_in_the_bucket():
     assert max(result["merged"].values()) == result["rllib_episodes"]
 
 
-def test_a_shipped_shard_missing_at_stop_raises_naming_the_runner_and_node():
-    result = _run("lost")
+def test_a_shipped_shard_missing_at_stop_raises_naming_the_runner_and_node(result):
     error = result["stop_error"]
     deleted = result["deleted"]
     assert error.startswith("EpisodesLostError: ")
