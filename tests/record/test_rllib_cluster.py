@@ -24,7 +24,8 @@ import pytest
 
 pytest.importorskip("ray")
 
-pytestmark = pytest.mark.slow
+# Left out of the default run (about 4 minutes on 2 cores): `pytest -m cluster`.
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 CHILD = os.path.join(os.path.dirname(__file__), "rllib_cluster_child.py")
 # Per scenario: one cluster start, then each scenario's three train() calls.
