@@ -343,3 +343,32 @@ def run_cli(*args: Any, expect: int | None = 0) -> CliResult:
     result = CliResult(code, out.getvalue(), err.getvalue())
     assert expect is None or code == expect, (args, result)
     return result
+
+
+def skip_without_extra(extra: str | None) -> None:
+    """Skips the test unless the modules of `extra` ("rllib,convert") are installed.
+
+    A lean install (the Docker image's default) runs the tests its extras allow.
+    """
+    import importlib.util
+
+    import pytest
+
+    from rlds_writer.errors import OPTIONAL_MODULES
+
+    wanted = set((extra or "").split(",")) - {""}
+    missing = sorted(
+        module
+        for module, its_extra in OPTIONAL_MODULES.items()
+        if its_extra in wanted and importlib.util.find_spec(module) is None
+    )
+    if missing:
+        pytest.skip(f"needs the {extra} extra: {', '.join(missing)} not installed")
+
+
+def skip_without_format(direction: str, name: str) -> None:
+    """Skips the test unless the libraries of interop format `name` are installed."""
+    from rlds_writer.interop import registry
+
+    table = registry.FORMATS if direction == "convert" else registry.EXPORT_FORMATS
+    skip_without_extra(table[name].extra)

@@ -7,7 +7,7 @@ code dispatches on (`rlds_writer.interop.FORMATS`, `EXPORT_FORMATS`).
 from __future__ import annotations
 
 import pytest
-from helpers_core import run_cli
+from helpers_core import run_cli, skip_without_format
 
 import rlds_writer
 from rlds_writer.errors import counted
@@ -48,6 +48,7 @@ def one_episode(tmp_path_factory):
 
 def test_a_dataset_already_there_is_refused_with_the_mode_option(one_episode, tmp_path):
     path, _ = one_episode
+    skip_without_format("export", "lerobot")
     for argv in (
         ["record", "--output", path, "--episodes", 1, "--no-load-back"],
         ["convert", "--from", "lerobot", tmp_path / "lerobot", path],
@@ -66,6 +67,7 @@ def test_a_dataset_already_there_is_refused_with_the_mode_option(one_episode, tm
 
 def test_one_episode_is_one_episode_everywhere(one_episode, tmp_path):
     path, recorded = one_episode
+    skip_without_format("export", "hf")
     assert "Recorded 1 episode (9 transitions)" in recorded
     assert ": 1 episode, 10 steps in split 'train'" in recorded
     assert "train: 1 episode, 10 steps," in _run("info", path).stdout

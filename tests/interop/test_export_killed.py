@@ -19,6 +19,7 @@ from pathlib import Path
 
 import crash_child
 import pytest
+from helpers_core import skip_without_format
 
 import rlds_writer
 
@@ -87,8 +88,7 @@ def _loaded_episodes(target, dest, cache):
 def test_a_killed_export_leaves_nothing_that_loads_and_a_rerun_succeeds(
     source, tmp_path, monkeypatch, target
 ):
-    if target == "minari":
-        pytest.importorskip("minari")
+    skip_without_format("export", target)
     root = tmp_path / "minari_root"
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

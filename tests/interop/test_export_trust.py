@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers_core import skip_without_format
 
 gym = pytest.importorskip("gymnasium")
 minari = pytest.importorskip("minari")
@@ -128,6 +129,7 @@ def test_exports_never_import_or_call_what_the_dataset_names(
     assert dataset.spec.observation_space == cartpole.observation_space
     assert dataset.spec.action_space == gym.spaces.Discrete(2)
 
+    skip_without_format("export", "rllib-episodes")  # the Minari part above has run
     argv = ["export", "--to", "rllib-episodes", str(tmp_path / "rlds"), str(tmp_path / "rl")]
     assert cli.main(argv) == 0, capsys.readouterr().err
     assert list((tmp_path / "rl").glob("*.parquet"))
