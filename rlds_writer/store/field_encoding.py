@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer import errors
-from rlds_writer.store.episode_data import ChunkedRows, RowBytes
+from rlds_writer.store.episode_data import ChunkedRows, PackedColumn, RowBytes
 from rlds_writer.store.field_specs import BYTES, FLOAT, INT, TEXT, ZLIB, FieldSpec
 from rlds_writer.store.wire import bytes_entries, bytes_entry_head, read_varint
 from rlds_writer.store.wire import varint as _varint
@@ -298,7 +298,8 @@ def entry_writer(field: FieldSpec) -> Callable[[Any, list[Any]], int]:
             return encode_varints(arr.view(np.int64) if arr.dtype == np.uint64 else arr)
 
     def write_numbers(values: Any, parts: list[Any]) -> int:
-        payload = payload_of(values)
+        # A packed column is its own payload (float32 or one-byte varints).
+        payload = values.payload if type(values) is PackedColumn else payload_of(values)
         n = len(payload)
         head = heads.get(n) or head_of(n)
         parts.append(head)
