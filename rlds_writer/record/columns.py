@@ -122,14 +122,21 @@ class _ScalarColumn:
         return append
 
     def inline_names(self) -> dict[str, Any]:
-        return {"types": self._fast, "push": self.items.append}
+        names = {"types": self._fast, "push": self.items.append}
+        if self.dtype == np.int64:
+            names["others"] = self._fast - {int}
+        return names
 
     def inline_source(self) -> tuple[str, str]:
         """The test and the append of `record.appender.compile_step_add` (same as `append`)."""
-        test = "type({v}) in {types}"
         if self.dtype == np.int64:
-            test += f" and (type({{v}}) is not int or {INT64_MIN} <= {{v}} <= {INT64_MAX})"
-        return test, "{push}({v})"
+            # A Python int first (the common action), with one type test.
+            test = f"type({{v}}) is int and {INT64_MIN} <= {{v}} <= {INT64_MAX}"
+            return f"{test} or type({{v}}) in {{others}}", "{push}({v})"
+        if float in self._fast:
+            # A Python float first (the common reward and discount): one identity test.
+            return "type({v}) is float or type({v}) in {types}", "{push}({v})"
+        return "type({v}) in {types}", "{push}({v})"
 
     @property
     def n(self) -> int:
