@@ -255,6 +255,24 @@ def entry_writer(field: FieldSpec) -> Callable[[Any, list[Any]], int]:
         fallback fields are `EpisodeEncoder`'s).
     """
     key = field.key.encode("utf-8")
+    if field.kind == TEXT and not field.in_steps:
+        # An episode's text (its `end_reason`, a task name) takes a few values
+        # again and again: their whole entries are kept.
+        entries: dict[Any, bytes] = {}
+
+        def write_text(value: Any, parts: list[Any]) -> int:
+            entry = entries.get(value) if type(value) in (str, bytes) else None
+            if entry is None:
+                feature_parts, feature_len = encode_field_parts(field, value)
+                entry = map_entry_header(key, feature_len) + b"".join(feature_parts)
+                if type(value) in (str, bytes) and len(value) <= 256:
+                    if len(entries) >= 64:
+                        entries.clear()
+                    entries[value] = entry
+            parts.append(entry)
+            return len(entry)
+
+        return write_text
     if field.kind not in (FLOAT, INT):
 
         def write_any(values: Any, parts: list[Any]) -> int:
