@@ -27,12 +27,13 @@ For a Catch-like layout (int64 action, float32 reward and discount, float32
 
     def add(action, reward, discount, next_observation, step_metadata=None):
         n = _buffer.num_steps
-        if (n) and (type(action) in _c1 and (type(action) is not int
-                                             or -9223372036854775808 <= action <= ...))
-                and (type(reward) in _c3) and (type(discount) in _c5)
-                and (type(next_observation) is _ndarray
-                     and next_observation.dtype is _c7
-                     and next_observation.shape == _c8) and (step_metadata is None):
+        if (n) and ((type(action) is int and -9223372036854775808 <= action
+                     <= 9223372036854775807 or type(action) in _c1)
+                    and (type(reward) is float or type(reward) in _c3)
+                    and (type(discount) is float or type(discount) in _c5)
+                    and (type(next_observation) is _ndarray
+                         and next_observation.dtype is _c7
+                         and next_observation.shape == _c8)) and (step_metadata is None):
             try:
                 _c2(action)
                 _c4(reward)
@@ -45,8 +46,10 @@ For a Catch-like layout (int64 action, float32 reward and discount, float32
         else:
             _checked(action, reward, discount, next_observation, step_metadata)
 
-(on one line) where `_c1` is the set of scalar types the action column takes
-as they are and `_c2`, `_c4`, ... are the columns' list `append`s. The exact text is the
+(on one line) where `_c1` is the other scalar types the action column takes
+as they are (a Python int, the common case, is tested first by identity, as
+a Python float is for the reward) and `_c2`, `_c4`, ... are the columns' list
+`append`s. The exact text is the
 function's `source` attribute, and `inspect.getsource` and tracebacks show it.
 """
 

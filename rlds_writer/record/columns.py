@@ -122,10 +122,9 @@ class _ScalarColumn:
         return append
 
     def inline_names(self) -> dict[str, Any]:
-        names = {"types": self._fast, "push": self.items.append}
         if self.dtype == np.int64:
-            names["others"] = self._fast - {int}
-        return names
+            return {"others": self._fast - {int}, "push": self.items.append}
+        return {"types": self._fast, "push": self.items.append}
 
     def inline_source(self) -> tuple[str, str]:
         """The test and the append of `record.appender.compile_step_add` (same as `append`)."""
