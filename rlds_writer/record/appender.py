@@ -27,12 +27,13 @@ For a Catch-like layout (int64 action, float32 reward and discount, float32
 
     def add(action, reward, discount, next_observation, step_metadata=None):
         n = _buffer.num_steps
-        if (n) and (type(action) in _c1 and (type(action) is not int
-                                             or -9223372036854775808 <= action <= ...))
-                and (type(reward) in _c3) and (type(discount) in _c5)
-                and (type(next_observation) is _ndarray
-                     and next_observation.dtype is _c7
-                     and next_observation.shape == _c8) and (step_metadata is None):
+        if (n) and ((type(action) is int and -9223372036854775808 <= action
+                     <= 9223372036854775807 or type(action) in _c1)
+                    and (type(reward) is float or type(reward) in _c3)
+                    and (type(discount) is float or type(discount) in _c5)
+                    and (type(next_observation) is _ndarray
+                         and next_observation.dtype is _c7
+                         and next_observation.shape == _c8)) and (step_metadata is None):
             try:
                 _c2(action)
                 _c4(reward)
@@ -45,8 +46,10 @@ For a Catch-like layout (int64 action, float32 reward and discount, float32
         else:
             _checked(action, reward, discount, next_observation, step_metadata)
 
-(on one line) where `_c1` is the set of scalar types the action column takes
-as they are and `_c2`, `_c4`, ... are the columns' list `append`s. The exact text is the
+(on one line) where `_c1` is the other scalar types the action column takes
+as they are (a Python int, the common case, is tested first by identity, as
+a Python float is for the reward) and `_c2`, `_c4`, ... are the columns' list
+`append`s. The exact text is the
 function's `source` attribute, and `inspect.getsource` and tracebacks show it.
 """
 
@@ -134,6 +137,50 @@ class _Source:
         self.appends.append(append.format(v=expr, **names))
 
 
+class StepBody:
+    """The parts of a compiled step: its test, its appends and the names they use.
+
+    `test` is one expression over the arguments `action`, `reward`,
+    `discount`, `next_observation` (and `step_metadata` if `takes_metadata`)
+    that holds when every value can be appended as it is; `appends` are the
+    statements that append them. A caller that steps an env can compile them
+    into its own per-step function (`EnvLogger` does), one call less per step.
+    """
+
+    __slots__ = ("test", "appends", "names", "takes_metadata")
+
+    def __init__(self, test: str, appends: list[str], names: dict[str, Any], takes_metadata: bool):
+        self.test = test
+        self.appends = appends
+        self.names = names
+        self.takes_metadata = takes_metadata
+
+
+def step_body(groups: Mapping[str, Any], columns: Mapping[str, Any]) -> StepBody:
+    """The test and appends of one step (see `compile_step_add` for the arguments)."""
+    source = _Source()
+    for argument, node in groups.items():
+        source.walk(node, argument, columns)
+    test = " and ".join(f"({t})" for t in source.tests) or "True"
+    return StepBody(test, source.appends, source.names, "step_metadata" in groups)
+
+
+def compile_source(text: str, names: Mapping[str, Any], function: str) -> Callable[..., Any]:
+    """Compiles generated source and returns its function `function`.
+
+    The source gets a file name of its own, with the text in linecache (as
+    attrs does): a traceback, pdb and `inspect.getsource` show the generated
+    lines. The function's `source` attribute is the text.
+    """
+    namespace = dict(names)
+    filename = f"<rlds_writer step {function} {next(_compiled)}>"
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    exec(compile(text, filename, "exec"), namespace)  # noqa: S102
+    fn = namespace[function]
+    fn.source = text
+    return fn
+
+
 def compile_step_add(
     groups: Mapping[str, Any],
     columns: Mapping[str, Any],
@@ -143,7 +190,8 @@ def compile_step_add(
     """Compiles the step layout into the buffer's per-step `add`.
 
     The function is `add(action, reward, discount, next_observation,
-    step_metadata=None)`, as `EpisodeBuffer.add`.
+    step_metadata=None)`, as `EpisodeBuffer.add`. Its `step_body` attribute
+    is the `StepBody` it was made of.
 
     Args:
       groups: argument name (`action`, `reward`, `discount`,
@@ -156,18 +204,16 @@ def compile_step_add(
     Returns:
       The function.
     """
-    source = _Source()
-    for argument, node in groups.items():
-        source.walk(node, argument, columns)
-    if "step_metadata" not in groups:
-        source.tests.append("step_metadata is None")
-    source.names.update(_buffer=buffer, _checked=checked_add)
-    tests = " and ".join(f"({t})" for t in ["n", *source.tests])
-    appends = "\n".join(f"            {a}" for a in source.appends) or "            pass"
+    body = step_body(groups, columns)
+    tests = ["n", body.test]
+    if not body.takes_metadata:
+        tests.append("step_metadata is None")
+    names = dict(body.names, _buffer=buffer, _checked=checked_add)
+    appends = "\n".join(f"            {a}" for a in body.appends) or "            pass"
     text = (
         "def add(action, reward, discount, next_observation, step_metadata=None):\n"
         "    n = _buffer.num_steps\n"
-        f"    if {tests}:\n"
+        f"    if {' and '.join(f'({t})' for t in tests)}:\n"
         "        try:\n"
         f"{appends}\n"
         "        except BaseException:\n"
@@ -177,15 +223,10 @@ def compile_step_add(
         "    else:\n"
         "        _checked(action, reward, discount, next_observation, step_metadata)\n"
     )
-    namespace = dict(source.names)
-    # A file name of its own, with the text in linecache (as attrs does): a
-    # traceback, pdb and `inspect.getsource` show the generated lines.
-    filename = f"<rlds_writer step add {next(_compiled)}>"
-    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
-    exec(compile(text, filename, "exec"), namespace)  # noqa: S102
-    add = namespace["add"]
+    add = compile_source(text, names, "add")
     add.__doc__ = "Records one transition: `a_t, r_t, d_t` and the observation `o_{t+1}`."
-    add.source = text
+    add.step_body = body
+    add.buffer = buffer
     return add
 
 

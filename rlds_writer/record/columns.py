@@ -21,7 +21,7 @@ import numpy as np
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.values import INT64_MAX, INT64_MIN, cast_value
 from rlds_writer.store import field_specs, shared_frames
-from rlds_writer.store.episode_data import BufferPool, ChunkedRows, RowBytes
+from rlds_writer.store.episode_data import BufferPool, ChunkedRows, PackedColumn, RowBytes
 
 
 def _fast_scalar_types(dtype: np.dtype) -> frozenset:
@@ -49,6 +49,19 @@ _STRUCT_CODES = (
     if sys.byteorder == "little"
     else {}
 )
+# float32 is the one dtype whose native bytes are a `FloatList`'s payload (on a
+# little-endian machine): its columns are handed over packed (`PackedColumn`).
+_F4 = np.dtype(np.float32)
+_PACKED_FLOAT = _F4 if sys.byteorder == "little" else None
+
+
+def _packed_ints(items: list[Any], dtype: np.dtype) -> PackedColumn | None:
+    """The items as one-byte varints if they all lie in [0, 128), else None."""
+    try:
+        payload = bytes(items)  # refuses values outside [0, 256) and non-integers
+    except (TypeError, ValueError):
+        return None
+    return PackedColumn(payload, len(items), (), dtype) if payload.isascii() else None
 
 
 def _struct_packer(code: str) -> Callable[[list[Any]], bytes]:
@@ -70,7 +83,9 @@ def _struct_packer(code: str) -> Callable[[list[Any]], bytes]:
 class _ScalarColumn:
     """A scalar numeric field: a list of Python/numpy scalars, cast at episode end."""
 
-    __slots__ = ("field", "dtype", "items", "_fast", "append", "_pack", "_packed_type")
+    __slots__ = (
+        "field", "dtype", "items", "_fast", "append", "_pack", "_packed_type", "_ints",
+    )  # fmt: skip
 
     def __init__(self, field: field_specs.FieldSpec):
         self.field = field
@@ -81,6 +96,8 @@ class _ScalarColumn:
         code = _STRUCT_CODES.get(self.dtype)
         self._pack = _struct_packer(code) if code else None
         self._packed_type = int if code == "q" else float
+        # Integer and bool columns go out as one-byte varints when they can.
+        self._ints = self.dtype.kind in "iub"
 
     def _make_append(self) -> Callable[[Any], None]:
         # A closure over locals: the per-step path does no attribute lookups.
@@ -105,14 +122,20 @@ class _ScalarColumn:
         return append
 
     def inline_names(self) -> dict[str, Any]:
+        if self.dtype == np.int64:
+            return {"others": self._fast - {int}, "push": self.items.append}
         return {"types": self._fast, "push": self.items.append}
 
     def inline_source(self) -> tuple[str, str]:
         """The test and the append of `record.appender.compile_step_add` (same as `append`)."""
-        test = "type({v}) in {types}"
         if self.dtype == np.int64:
-            test += f" and (type({{v}}) is not int or {INT64_MIN} <= {{v}} <= {INT64_MAX})"
-        return test, "{push}({v})"
+            # A Python int first (the common action), with one type test.
+            test = f"type({{v}}) is int and {INT64_MIN} <= {{v}} <= {INT64_MAX}"
+            return f"{test} or type({{v}}) in {{others}}", "{push}({v})"
+        if float in self._fast:
+            # A Python float first (the common reward and discount): one identity test.
+            return "type({v}) is float or type({v}) in {types}", "{push}({v})"
+        return "type({v}) in {types}", "{push}({v})"
 
     @property
     def n(self) -> int:
@@ -124,16 +147,24 @@ class _ScalarColumn:
     def reset(self) -> None:
         self.items.clear()  # values() copied them; the appenders keep this list
 
-    def values(self) -> np.ndarray:
+    def values(self) -> np.ndarray | PackedColumn:
         items = self.items
+        if self._ints and items:
+            packed = _packed_ints(items, self.dtype)
+            if packed is not None:
+                return packed
         pack = self._pack
         if pack is not None and items and type(items[0]) is self._packed_type:
             # struct converts a list of Python numbers about twice as fast as
             # np.array; values it refuses (out of range) take numpy's way below.
             try:
-                return np.frombuffer(pack(items), dtype=self.dtype)
+                data = pack(items)
             except (struct.error, OverflowError, TypeError):
                 pass
+            else:
+                if self.dtype == _PACKED_FLOAT:
+                    return PackedColumn(data, len(items), (), self.dtype)
+                return np.frombuffer(data, dtype=self.dtype)
         try:
             return np.array(items, dtype=self.dtype)
         except OverflowError:
@@ -200,10 +231,12 @@ class _ArrayColumn:
     def reset(self) -> None:
         self.rows.clear()  # values() copied them; the appenders keep this list
 
-    def values(self) -> np.ndarray | RowBytes:
+    def values(self) -> np.ndarray | RowBytes | PackedColumn:
         rows = self.rows
         if self.field.kind == field_specs.BYTES:
             return RowBytes(list(rows), self.shape, self.dtype)
+        if self.dtype == _PACKED_FLOAT and self.field.kind == field_specs.FLOAT:
+            return PackedColumn(b"".join(rows), len(rows), self.shape, self.dtype)
         flat = np.frombuffer(b"".join(rows), dtype=self.dtype)
         return flat.reshape((len(rows),) + self.shape)
 

@@ -26,7 +26,7 @@ from rlds_writer.record.columns import LargeArrayColumn, make_column, skip
 from rlds_writer.record.values import cast_value
 from rlds_writer.store import field_specs
 from rlds_writer.store.end_reasons import END_REASON
-from rlds_writer.store.episode_data import BufferPool, Episode
+from rlds_writer.store.episode_data import BufferPool, Episode, PackedColumn
 
 _log = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ IS_TERMINAL = "is_terminal"
 _FLAGS = (IS_FIRST, IS_LAST, IS_TERMINAL)
 _TRANSITION = (ACTION, REWARD, DISCOUNT)
 _NUMERIC = (field_specs.FLOAT, field_specs.INT)
+_BOOL = np.dtype(np.bool_)
 
 
 def _tree(
@@ -120,8 +121,8 @@ class StepFields:
     def new_buffer(self) -> EpisodeBuffer:
         return EpisodeBuffer(self)
 
-    def flags(self, n: int, terminated: bool) -> dict[str, np.ndarray]:
-        """`rlds_flags` under the dataset's keys, read-only and kept per episode length."""
+    def flags(self, n: int, terminated: bool) -> dict[str, PackedColumn]:
+        """`rlds_flags` under the dataset's keys, packed and kept per episode length."""
         flags = self._flags.get((n, terminated))
         if flags is None:
             if len(self._flags) >= 64:  # episode lengths vary: keep the recent ones
@@ -129,8 +130,8 @@ class StepFields:
             flags = {}
             for name, values in rlds_flags(n, terminated).items():
                 if name in self.flag_keys:
-                    values.setflags(write=False)
-                    flags[self.flag_keys[name]] = values
+                    # Bools are one-byte varints: handed over packed, built once per length.
+                    flags[self.flag_keys[name]] = PackedColumn(values.tobytes(), n, (), _BOOL)
             self._flags[n, terminated] = flags
         return flags
 

@@ -189,7 +189,8 @@ class EpisodeEncoder:
         if self._processes is not None:
             if self._workers_up.is_set():
                 images = self._encode_images_in_processes(columns, upcoming)
-        started = time.thread_time()
+        # Only timed with image work to price (`thread_time` is a system call).
+        started = time.thread_time() if self._processes is not None else 0.0
         field = None
         try:
             for field, write in self._plan:

@@ -47,6 +47,48 @@ class RowBytes:
         return arr if dtype is None else arr.astype(dtype)
 
 
+class PackedColumn:
+    """A numeric per-step column given as the packed payload its `Feature` stores.
+
+    Short episodes of small numeric fields (Catch-like recordings) are
+    mostly per-field overhead: a numpy array per column at episode end,
+    then views and casts to reach the same bytes again. The recorder hands
+    over those bytes instead: a float32 field's values as little-endian
+    float32 (a `FloatList`'s packed payload), or an integer or bool field
+    whose values all lie in [0, 128) as one byte each (an `Int64List`'s packed
+    varints). The encoder writes `payload` as it is; `np.asarray` gives the
+    values as an array of `dtype` for anyone else.
+
+    Attributes:
+      payload: the packed bytes.
+      n: number of steps.
+      shape: the shape of one step's value.
+      dtype: the field's dtype.
+    """
+
+    __slots__ = ("payload", "n", "shape", "dtype")
+
+    def __init__(self, payload: bytes, n: int, shape: tuple[int, ...], dtype: np.dtype):
+        self.payload = payload
+        self.n = n
+        self.shape = shape
+        self.dtype = dtype
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if self.dtype.kind == "f":
+            arr = np.frombuffer(self.payload, "<f4").astype(self.dtype)
+        else:  # one-byte varints: the values themselves
+            arr = np.frombuffer(self.payload, np.uint8).astype(self.dtype)
+        arr = arr.reshape((self.n,) + tuple(self.shape))
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __getitem__(self, index: Any) -> Any:
+        return np.asarray(self)[index]
+
+
 class ChunkedRows:
     """A column of large rows kept in fixed-size chunks (the recorder grows by chunks).
 
@@ -198,7 +240,9 @@ def _estimate_nbytes(columns: Mapping[str, Any]) -> int:
     """Approximate memory held by an episode's columns (for the writer's budget)."""
     total = 0
     for values in columns.values():
-        if isinstance(values, np.ndarray):
+        if type(values) is PackedColumn:
+            total += len(values.payload)
+        elif isinstance(values, np.ndarray):
             total += values.nbytes
         elif isinstance(values, RowBytes):
             total += len(values.rows) * (len(values.rows[0]) if values.rows else 0)

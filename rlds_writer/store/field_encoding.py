@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer import errors
-from rlds_writer.store.episode_data import ChunkedRows, RowBytes
+from rlds_writer.store.episode_data import ChunkedRows, PackedColumn, RowBytes
 from rlds_writer.store.field_specs import BYTES, FLOAT, INT, TEXT, ZLIB, FieldSpec
 from rlds_writer.store.wire import bytes_entries, bytes_entry_head, read_varint
 from rlds_writer.store.wire import varint as _varint
@@ -255,6 +255,24 @@ def entry_writer(field: FieldSpec) -> Callable[[Any, list[Any]], int]:
         fallback fields are `EpisodeEncoder`'s).
     """
     key = field.key.encode("utf-8")
+    if field.kind == TEXT and not field.in_steps:
+        # An episode's text (its `end_reason`, a task name) takes a few values
+        # again and again: their whole entries are kept.
+        entries: dict[Any, bytes] = {}
+
+        def write_text(value: Any, parts: list[Any]) -> int:
+            entry = entries.get(value) if type(value) in (str, bytes) else None
+            if entry is None:
+                feature_parts, feature_len = encode_field_parts(field, value)
+                entry = map_entry_header(key, feature_len) + b"".join(feature_parts)
+                if type(value) in (str, bytes) and len(value) <= 256:
+                    if len(entries) >= 64:
+                        entries.clear()
+                    entries[value] = entry
+            parts.append(entry)
+            return len(entry)
+
+        return write_text
     if field.kind not in (FLOAT, INT):
 
         def write_any(values: Any, parts: list[Any]) -> int:
@@ -298,7 +316,8 @@ def entry_writer(field: FieldSpec) -> Callable[[Any, list[Any]], int]:
             return encode_varints(arr.view(np.int64) if arr.dtype == np.uint64 else arr)
 
     def write_numbers(values: Any, parts: list[Any]) -> int:
-        payload = payload_of(values)
+        # A packed column is its own payload (float32 or one-byte varints).
+        payload = values.payload if type(values) is PackedColumn else payload_of(values)
         n = len(payload)
         head = heads.get(n) or head_of(n)
         parts.append(head)

@@ -52,14 +52,23 @@ def frame(record: bytes) -> bytes:
     return b"".join((header, record, footer))
 
 
+# Record headers by data length: episodes of one length (fixed-length envs)
+# share one, and its CRC is then computed once.
+_HEADERS: dict[int, bytes] = {}
+
+
 def frame_parts_of(parts: list, length: int) -> tuple[bytes, bytes]:
     """Returns (header, footer) for a record given as parts.
 
     Parts are `bytes` or read-only numpy uint8 arrays (CRC32C hashes them in
     place, without a copy).
     """
-    header = _LEN.pack(length)
-    header += _CRC.pack(masked_crc32c(header))
+    header = _HEADERS.get(length)
+    if header is None:
+        if len(_HEADERS) >= 256:  # record lengths vary: keep the recent ones
+            _HEADERS.clear()
+        header = _LEN.pack(length)
+        header = _HEADERS[length] = header + _CRC.pack(masked_crc32c(header))
     crc = 0
     for part in parts:
         crc = google_crc32c.extend(crc, part)

@@ -182,3 +182,100 @@ def test_the_compiled_step_shows_its_source_to_inspect_and_tracebacks(tmp_path):
     frames = traceback.format_tb(refused.value.__traceback__)
     # The generated frame, with its line: the value failed a test and was handed on.
     assert any("<rlds_writer step add" in f and "_checked(action, reward" in f for f in frames)
+
+
+class _ScriptedEnv:
+    """A dm_env env whose steps give the scripted (reward, observation) pairs, then end."""
+
+    def __init__(self, script: list[tuple]):
+        import dm_env
+        from dm_env import specs
+
+        self._dm_env = dm_env
+        self._spec = specs.Array((2,), np.float32)
+        self._script = script
+        self._t = 0
+
+    def reset(self):
+        self._t = 0
+        return self._dm_env.restart(np.zeros(2, np.float32))
+
+    def step(self, action):
+        reward, observation = self._script[self._t]
+        self._t += 1
+        if self._t == len(self._script):
+            return self._dm_env.termination(reward=reward, observation=observation)
+        return self._dm_env.transition(reward=reward, observation=observation)
+
+    def observation_spec(self):
+        return self._spec
+
+    def action_spec(self):
+        from dm_env import specs
+
+        return specs.DiscreteArray(300, dtype=np.int64)
+
+    def reward_spec(self):
+        from dm_env import specs
+
+        return specs.Array((), np.float32)
+
+    def discount_spec(self):
+        from dm_env import specs
+
+        return specs.BoundedArray((), np.float32, 0.0, 1.0)
+
+    def close(self):
+        pass
+
+
+def test_env_logger_steps_through_its_own_compiled_step(tmp_path):
+    """EnvLogger inlines the buffer's test and appends into its mid-episode step;
+    values in other forms and refused values take the checked path as before."""
+    import inspect
+
+    def obs(t):
+        return np.full(2, t, np.float32)
+
+    script = [
+        (0.5, obs(1)),
+        (np.float32(1.5), obs(2)),  # not a Python float: the checked path
+        (2, [3.0, 3.0]),  # an int reward, a list observation
+        (0.25, obs(4)),
+        (0.75, obs(5)),
+    ]
+    path = str(tmp_path / "d")
+    logged = rlds_writer.EnvLogger(_ScriptedEnv(script), data_directory=path)
+    logged.reset()
+    step = logged.step
+    assert inspect.getsource(step) == step.source
+    assert "timestep = _env_step(action)" in step.source
+    assert ".tobytes())" in step.source  # the observation's append, inlined
+    actions = [1, 200, 7, 3, 2]
+    for action in actions:
+        logged.step(action)
+    # A refused value mid-episode: the episode is cut short there, and recording
+    # resumes at the next reset.
+    bad = [(0.5, obs(1)), (0.5, np.zeros(3, np.float32)), (0.5, obs(3))]
+    logged._env._script = bad
+    logged.reset()
+    logged.step(1)
+    with pytest.raises(StepValueError, match="steps/observation"):
+        logged.step(1)
+    logged.step(1)  # the env's last step: not recorded
+    logged._env._script = script
+    logged.reset()
+    for action in actions:
+        logged.step(action)
+    logged.close()
+    first, cut, again = load_episodes(tmp_path / "d")
+    for episode in (first, again):
+        steps = episode["steps"]
+        assert [int(s["action"]) for s in steps[:-1]] == actions
+        np.testing.assert_array_equal(
+            [s["reward"] for s in steps[:-1]], np.float32([0.5, 1.5, 2, 0.25, 0.75])
+        )
+        np.testing.assert_array_equal([s["observation"] for s in steps], [obs(t) for t in range(6)])
+        assert bool(steps[-1]["is_terminal"])
+    assert len(cut["steps"]) == 2
+    assert cut["end_reason"] == b"cut_short"

@@ -1,0 +1,152 @@
+"""Small numeric columns leave the episode buffer as their packed wire payload.
+
+A float32 column is handed to the encoder as its little-endian bytes, and an
+integer or bool column whose values all lie in [0, 128) as one byte per value
+(`store.episode_data.PackedColumn`); everything else as arrays, as before.
+These tests check both forms: the record is the `tf.train.Example` TFDS's own
+encoder and serializer make of the same episode, on the packed path and on
+every way off it (ints of 128 and above, negative ints, a float32 reward out
+of range, float64 and int32 fields), and the packed columns give their values
+to numpy.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from helpers_core import EpisodeSpec, rlds_example
+
+import rlds_writer
+from rlds_writer.store.episode_data import PackedColumn
+
+
+def _config() -> rlds_writer.DatasetConfig:
+    return rlds_writer.DatasetConfig(
+        name="packed",
+        observation_info={
+            "grid": tfds.features.Tensor(shape=(2, 3), dtype=np.float32),
+            "ids": tfds.features.Tensor(shape=(2,), dtype=np.int64),
+        },
+        action_info=np.int64,
+        reward_info=np.float32,
+        discount_info=np.float64,
+        step_metadata_info={"flag": np.bool_, "count": np.int32},
+    )
+
+
+def _features(config: rlds_writer.DatasetConfig):
+    from tensorflow_datasets.rlds import rlds_base
+
+    identity = tfds.core.DatasetIdentity(
+        name="packed", version=tfds.core.Version("0.0.1"), data_dir="/tmp/unused", module_name=""
+    )
+    return rlds_base.build_info(config, identity).features
+
+
+def _episode(actions: list, rewards: list, counts: list) -> EpisodeSpec:
+    n = len(actions) + 1
+    observations = [
+        {"grid": np.full((2, 3), t / 3, np.float32), "ids": np.array([t, 2 * t], np.int64)}
+        for t in range(n)
+    ]
+    return EpisodeSpec(
+        observations=observations,
+        actions=actions,
+        rewards=rewards,
+        discounts=[1.0] * (n - 1),
+        step_metadata=[{"flag": t % 2 == 0, "count": counts[t]} for t in range(n)],
+        terminated=True,
+    )
+
+
+def _finish(features, episode: EpisodeSpec):
+    from rlds_writer.record import episode as steps
+    from rlds_writer.store import encoding
+
+    encoder = encoding.EpisodeEncoder(features)
+    buffer = steps.StepFields(encoder.fields, empty_dicts=encoder.empty_dicts).new_buffer()
+    meta = episode.step_metadata
+    buffer.start(episode.observations[0], meta[0])
+    for t, action in enumerate(episode.actions):
+        reward, discount = episode.rewards[t], episode.discounts[t]
+        buffer.add(action, reward, discount, episode.observations[t + 1], meta[t + 1])
+    return encoder, buffer.finish(episode.terminated)
+
+
+EPISODES = {
+    "packed": _episode([0, 1, 2, 127], [0.5, -1.25, 3.0, 1e-3], [0, 5, 127, 1, 2]),
+    "action 128 and up": _episode([1, 128, 300, 2**40], [0.5] * 4, [0, 1, 2, 3, 4]),
+    "negative action": _episode([1, -1, -(2**63), 2**63 - 1], [0.5] * 4, [0, -7, 2, 3, 4]),
+    "reward beyond float32": _episode([1, 2], [1e300, np.float32(2.5)], [0, 1, 200]),
+    "numpy scalars": _episode([np.int64(3), np.int32(4)], [np.float32(0.5), 2], [1, 2, 3]),
+}
+
+
+@pytest.mark.parametrize("name", EPISODES)
+def test_records_are_the_example_tfds_serializes(name):
+    from tensorflow_datasets.core import example_serializer
+
+    config = _config()
+    features = _features(config)
+    episode = EPISODES[name]
+    with np.errstate(over="ignore"):  # 1e300 is float32 inf, in TFDS too
+        encoder, finished = _finish(features, episode)
+    try:
+        ours = encoder.encode(finished.columns, finished.episode_values)
+    finally:
+        encoder.close()
+    serializer = example_serializer.ExampleSerializer(features.get_serialized_info())
+    with np.errstate(over="ignore"):
+        theirs = serializer.serialize_example(
+            features.encode_example(rlds_example(config, episode))
+        )
+    import tensorflow as tf
+
+    # The same message (map entries may come in another order than TFDS's).
+    assert tf.train.Example.FromString(ours) == tf.train.Example.FromString(theirs)
+
+
+@pytest.mark.skipif(sys.byteorder != "little", reason="packed float32 is little-endian")
+def test_small_numeric_columns_are_handed_over_packed_and_read_as_arrays():
+    config = _config()
+    encoder, finished = _finish(_features(config), EPISODES["packed"])
+    encoder.close()
+    columns = finished.columns
+    packed = {k for k, v in columns.items() if type(v) is PackedColumn}
+    assert packed == {
+        "steps/observation/grid",
+        "steps/action",
+        "steps/reward",
+        "steps/flag",
+        "steps/count",
+        "steps/is_first",
+        "steps/is_last",
+        "steps/is_terminal",
+    }
+    # float64 is stored as float32 and int64 rows as varints: arrays, as before.
+    assert isinstance(columns["steps/discount"], np.ndarray)
+    assert isinstance(columns["steps/observation/ids"], np.ndarray)
+    grid = np.asarray(columns["steps/observation/grid"])
+    assert grid.dtype == np.float32 and grid.shape == (5, 2, 3)
+    np.testing.assert_array_equal(grid[4], np.full((2, 3), 4 / 3, np.float32))
+    np.testing.assert_array_equal(np.asarray(columns["steps/action"]), [0, 1, 2, 127, 0])
+    assert np.asarray(columns["steps/action"]).dtype == np.int64
+    np.testing.assert_array_equal(
+        np.asarray(columns["steps/reward"]), np.float32([0.5, -1.25, 3.0, 1e-3, 0])
+    )
+    assert columns["steps/count"][2] == 127
+    assert np.asarray(columns["steps/flag"]).tolist() == [True, False, True, False, True]
+    assert np.asarray(columns["steps/is_terminal"]).tolist() == [False] * 4 + [True]
+    assert len(columns["steps/action"]) == 5
+
+
+def test_an_action_of_128_is_not_packed():
+    config = _config()
+    encoder, finished = _finish(_features(config), EPISODES["action 128 and up"])
+    encoder.close()
+    action = finished.columns["steps/action"]
+    assert not isinstance(action, PackedColumn)
+    np.testing.assert_array_equal(action, [1, 128, 300, 2**40, 0])
