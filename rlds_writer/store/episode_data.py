@@ -290,6 +290,9 @@ class _Spares:
         with self._lock:
             self._items = []
             self._nbytes = 0
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
 
     def _schedule(self, delay: float) -> None:
         self._timer = threading.Timer(delay, self._drop_if_idle)
