@@ -295,9 +295,15 @@ class _Spares:
                 self._timer = None
 
     def _schedule(self, delay: float) -> None:
-        self._timer = threading.Timer(delay, self._drop_if_idle)
-        self._timer.daemon = True
-        self._timer.start()
+        timer = threading.Timer(delay, self._drop_if_idle)
+        timer.daemon = True
+        try:
+            timer.start()
+        except RuntimeError:  # interpreter shutdown (a recording closed at exit): keep none
+            self._items = []
+            self._nbytes = 0
+            return
+        self._timer = timer
 
     def _drop_if_idle(self) -> None:
         with self._lock:
