@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_writer.store.chunk_spares import spares as _spares
 from rlds_writer.store.shared_frames import is_shared, shared_empty
 
 
@@ -116,7 +117,7 @@ class BufferPool:
     holds the chunks of `_IN_FLIGHT` finished episodes, so a recording whose
     env outruns its writer keeps two episodes' chunks, not one per queued
     episode. `prefill` makes warm spares on a background thread. At `close`
-    the free buffers go to a small process-wide store (`_Spares`) that the
+    the free buffers go to a small process-wide store (`chunk_spares`) that the
     next recording's pool takes from.
     """
 
@@ -239,92 +240,6 @@ class BufferPool:
             if self._free.get(key):
                 return
         _prefill_requests().put((self, key, capacity, shape, dtype, shared))
-
-
-# Bytes of chunks closed recordings leave for the next ones of the process,
-# and how long they are kept unused before they are let go.
-_SPARE_BYTES = 32 << 20
-_SPARE_IDLE = 30.0
-
-
-class _Spares:
-    """Chunks of closed recordings, for the next recording of this process.
-
-    Bounded in bytes, let go after `_SPARE_IDLE` seconds unused, and never
-    handed out in a forked child (its copies of the parent's chunks would
-    fault page by page on first write; shared ones are the parent's memory).
-    Chunks are kept as flat bytes and matched by size, whatever their field.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._items: list[tuple[int, bool, np.ndarray]] = []  # (nbytes, shared, flat bytes)
-        self._nbytes = 0
-        self._last_use = 0.0
-        self._timer: threading.Timer | None = None
-
-    def put(self, buf: np.ndarray, shared: bool) -> None:
-        if shared and not is_shared(buf):
-            return
-        flat = buf.reshape(-1).view(np.uint8)
-        with self._lock:
-            if self._nbytes + flat.nbytes > _SPARE_BYTES:
-                return  # dropped: freed with its last reference
-            self._items.append((flat.nbytes, shared, flat))
-            self._nbytes += flat.nbytes
-            self._last_use = time.monotonic()
-            if self._timer is None:
-                self._schedule(_SPARE_IDLE)
-
-    def take(self, nbytes: int, shared: bool) -> np.ndarray | None:
-        with self._lock:
-            for i, (size, kind, flat) in enumerate(self._items):
-                if size == nbytes and kind == shared:
-                    del self._items[i]
-                    self._nbytes -= size
-                    self._last_use = time.monotonic()
-                    return flat
-        return None
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items = []
-            self._nbytes = 0
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-
-    def _schedule(self, delay: float) -> None:
-        timer = threading.Timer(delay, self._drop_if_idle)
-        timer.daemon = True
-        try:
-            timer.start()
-        except RuntimeError:  # interpreter shutdown (a recording closed at exit): keep none
-            self._items = []
-            self._nbytes = 0
-            return
-        self._timer = timer
-
-    def _drop_if_idle(self) -> None:
-        with self._lock:
-            self._timer = None
-            idle = time.monotonic() - self._last_use
-            if idle >= _SPARE_IDLE:
-                self._items = []
-                self._nbytes = 0
-            elif self._items:
-                self._schedule(_SPARE_IDLE - idle)
-
-    def _after_fork(self) -> None:
-        self._lock = threading.Lock()  # another thread may have held it at the fork
-        self._items = []
-        self._nbytes = 0
-        self._timer = None
-
-
-_spares = _Spares()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_spares._after_fork)
 
 
 _prefill_lock = threading.Lock()

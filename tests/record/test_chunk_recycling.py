@@ -23,7 +23,7 @@ from helpers_core import load_episodes
 import rlds_writer
 from rlds_writer import RecordRLDS
 from rlds_writer.record import columns as columns_lib
-from rlds_writer.store import episode_data
+from rlds_writer.store import chunk_spares, episode_data
 
 _SHAPE = (64, 64, 3)  # 12,288-byte rows: a chunked (large-row) column
 _ROWS_PER_CHUNK = 4
@@ -33,9 +33,9 @@ _KEY = "steps/observation"
 @pytest.fixture(autouse=True)
 def small_chunks_no_spares(monkeypatch):
     monkeypatch.setattr(columns_lib, "_CHUNK_BYTES", _ROWS_PER_CHUNK * int(np.prod(_SHAPE)))
-    episode_data._spares.clear()  # none left by another test
+    chunk_spares.spares.clear()  # none left by another test
     yield
-    episode_data._spares.clear()
+    chunk_spares.spares.clear()
 
 
 class _FramesEnv(gym.Env):
@@ -133,16 +133,16 @@ def test_a_closed_recording_leaves_chunks_to_the_next_which_never_shows_their_ol
 
 
 def test_spares_are_bounded_and_let_go_when_idle(tmp_path, monkeypatch):
-    monkeypatch.setattr(episode_data, "_SPARE_BYTES", 5 * _ROWS_PER_CHUNK * int(np.prod(_SHAPE)))
-    monkeypatch.setattr(episode_data, "_SPARE_IDLE", 0.2)
+    monkeypatch.setattr(chunk_spares, "_SPARE_BYTES", 5 * _ROWS_PER_CHUNK * int(np.prod(_SHAPE)))
+    monkeypatch.setattr(chunk_spares, "_SPARE_IDLE", 0.2)
     env = RecordRLDS(_FramesEnv(30, fill=0), tmp_path / "ds", image_encoding="bytes")
     _record(env, 3)  # 31 rows: 8 chunks an episode
     env.close()
-    assert 0 < episode_data._spares._nbytes <= episode_data._SPARE_BYTES
+    assert 0 < chunk_spares.spares._nbytes <= chunk_spares._SPARE_BYTES
     deadline = time.monotonic() + 60
-    while episode_data._spares._nbytes and time.monotonic() < deadline:
+    while chunk_spares.spares._nbytes and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert episode_data._spares._nbytes == 0
+    assert chunk_spares.spares._nbytes == 0
 
 
 def test_a_forked_child_never_takes_its_parents_chunks(tmp_path):
@@ -153,7 +153,7 @@ def test_a_forked_child_never_takes_its_parents_chunks(tmp_path):
     # Held here (so no allocation in either process can take their addresses).
     held = [b for bufs in pool._free.values() for b in bufs]
     env.close()
-    held += [flat for *_, flat in episode_data._spares._items]
+    held += [flat for *_, flat in chunk_spares.spares._items]
     parents = {_address(b) for b in held}
     assert parents
     rows = _ROWS_PER_CHUNK
