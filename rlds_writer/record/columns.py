@@ -298,6 +298,9 @@ class LargeArrayColumn(_ChecksItself):
     The column grows a chunk at a time, so no step ever copies the rows
     recorded before it (a doubling buffer stalls one step for tens of ms on a
     long camera episode); chunks come back from the writer through the pool.
+    A chunk is taken when a row needs it, not ahead: a recording's last
+    episode leaves no unused chunk behind, and pages of a chunk that no row
+    reached are never touched.
     """
 
     # Chunks in shared memory, where the image-encoding processes read them
@@ -317,11 +320,15 @@ class LargeArrayColumn(_ChecksItself):
         row_bytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self._row_bytes = row_bytes
         self.rows = max(1, _CHUNK_BYTES // max(row_bytes, 1))
-        self.chunks = [self._take()]
-        self._use(self.chunks[0])
+        self._empty()
+        self.append = self._append
+
+    def _empty(self) -> None:
+        self.chunks: list[np.ndarray] = []
+        self.cur = np.empty((0,) + self.shape, self.dtype)  # full: the next row takes a chunk
+        self._flat = memoryview(b"")
         self.pos = 0
         self.n = 0
-        self.append = self._append
 
     def _use(self, chunk: np.ndarray) -> None:
         self.cur = chunk
@@ -331,9 +338,16 @@ class LargeArrayColumn(_ChecksItself):
         # Shared memory only once encoding processes run: until then (and for
         # a recording that never starts them) ordinary memory faults in ~10x cheaper.
         shared = self.SHARED and shared_frames.wanted()
-        chunk = self._pool.take(self.field.key, self.rows, self.shape, self.dtype, shared)
-        # Keep one warm chunk ahead, made off the env thread.
-        self._pool.prefill(self.field.key, self.rows, self.shape, self.dtype, shared)
+        # Image chunks feed encoding processes, which gain from episodes queued
+        # ahead; others wait for the writer to hand chunks back rather than
+        # fault in new memory for every queued episode.
+        chunk = self._pool.take(
+            self.field.key, self.rows, self.shape, self.dtype, shared, wait=not self.SHARED
+        )
+        if shared:
+            # Keep one warm chunk ahead, made off the env thread (shared memory
+            # costs ~4x ordinary memory to fault in).
+            self._pool.prefill(self.field.key, self.rows, self.shape, self.dtype, shared)
         return chunk
 
     def _append(self, value: Any) -> None:
@@ -349,7 +363,8 @@ class LargeArrayColumn(_ChecksItself):
         if pos == len(self.cur):
             self._use(self._take())
             self.chunks.append(self.cur)
-            self._pool.expect(self.field.key, len(self.chunks))
+            if len(self.chunks) > 1:
+                self._pool.expect(self.field.key, len(self.chunks))
             pos = 0
         if value.flags.c_contiguous:
             # A memoryview copy keeps the GIL: numpy's copy would release it and
@@ -373,17 +388,14 @@ class LargeArrayColumn(_ChecksItself):
         self.n = n
 
     def values(self) -> np.ndarray | ChunkedRows:
-        if len(self.chunks) == 1:
+        if len(self.chunks) <= 1:
             return self.cur[: self.n]
         return ChunkedRows(list(self.chunks), self.n)
 
     def detach(self) -> list[tuple[str, np.ndarray]]:
-        """Gives the chunks away (to the finished episode) and takes a fresh one."""
+        """Gives the chunks away (to the finished episode); the next row takes a new one."""
         given = [(self.field.key, chunk) for chunk in self.chunks]
-        self.chunks = [self._take()]
-        self._use(self.chunks[0])
-        self.pos = 0
-        self.n = 0
+        self._empty()
         return given
 
     def reset(self) -> None:

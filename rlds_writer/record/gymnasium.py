@@ -28,6 +28,7 @@ its default.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import gymnasium
@@ -47,6 +48,9 @@ class RecordRLDS(gymnasium.Wrapper):
             env.observation_space, env.action_space, data_directory, kwargs
         )
         self._step_index = 0
+        # The recording's add bound to the open episode (None outside one,
+        # and after a refused value: the general path handles both).
+        self._adder: Any = None
         self._closed = False
 
     @property
@@ -58,20 +62,31 @@ class RecordRLDS(gymnasium.Wrapper):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
+        self._adder = None
         self._recording.begin(0, obs, info)
+        self._adder = self._recording.step_adder(0)
         self._step_index = 0
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
-        writer = self._recording.recorder
-        if not writer.in_episode(0) and not writer.stopped(0):
-            raise RuntimeError(
-                "RecordRLDS.step called outside an episode: call reset() first "
-                "(also after an episode terminated or was truncated)"
-            )
+        adder = self._adder
+        if adder is None:
+            writer = self._recording.recorder
+            if not writer.in_episode(0) and not writer.stopped(0):
+                raise RuntimeError(
+                    "RecordRLDS.step called outside an episode: call reset() first "
+                    "(also after an episode terminated or was truncated)"
+                )
+            adder = functools.partial(self._recording.add, 0)
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._step_index += 1
-        self._recording.add(0, self._step_index, action, obs, reward, terminated, truncated, info)
+        try:
+            adder(self._step_index, action, obs, reward, terminated, truncated, info)
+        except BaseException:
+            self._adder = None  # the episode was cut short: steps go the general way
+            raise
+        if terminated or truncated:
+            self._adder = None
         return obs, reward, terminated, truncated, info
 
     def flush(self) -> None:
@@ -83,6 +98,7 @@ class RecordRLDS(gymnasium.Wrapper):
         if self._closed:
             return
         self._closed = True
+        self._adder = None
         try:
             self._recording.recorder.close()
         finally:

@@ -10,6 +10,7 @@ picks its options out of a wrapper's keyword arguments (the rest go to the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -221,6 +222,47 @@ class Recording:
             raise self.recorder.cut_short(slot, e) from e
         if terminated or truncated:
             self.recorder.end(slot, terminated=bool(terminated))
+
+    def step_adder(self, slot: Any) -> Callable[[int, Any, Any, Any, bool, bool, Any], None]:
+        """`add` bound to the episode just begun in `slot`, for a per-step loop.
+
+        Valid until that episode ends (the env's `terminated`/`truncated`, a
+        refused value, the next `begin`). Without step or episode metadata it
+        calls the episode buffer's own `add` (`Recorder.step_adder`): three
+        calls a step fewer than `add`.
+        """
+        if self.has_step_metadata or self.episode_fn is not None:
+            return functools.partial(self.add, slot)
+        recorder = self.recorder
+        add = recorder.step_adder(slot)
+        convert_action, convert_obs = self.convert_action, self.convert_obs
+        default_reward, discount = self.default_reward, self.discount
+        end, cut_short = recorder.end, recorder.cut_short
+
+        def step(
+            step_index: int,
+            action: Any,
+            obs: Any,
+            reward: Any,
+            terminated: bool,
+            truncated: bool,
+            info: Any,
+        ) -> None:
+            try:
+                add(
+                    convert_action(action),
+                    float(reward) if default_reward else reward,
+                    (0.0 if terminated else 1.0) if discount else None,
+                    convert_obs(obs),
+                    None,
+                )
+            except StepValueError as e:
+                # The env has moved on: never record the next step after a missing one.
+                raise cut_short(slot, e) from e
+            if terminated or truncated:
+                end(slot, terminated=bool(terminated))
+
+        return step
 
 
 def new_recording(

@@ -312,8 +312,13 @@ class Recorder:
                     self._create_empty()
         finally:
             self._closed = True
-            if self.writer is not None:
-                self.writer.close()
+            try:
+                if self.writer is not None:
+                    self.writer.close()
+            finally:
+                if self._fields is not None:
+                    # Every episode is written: the chunks go to the next recording.
+                    self._fields.pool.close()
 
     @property
     def episodes_written(self) -> int:

@@ -9,13 +9,16 @@ of the recorder.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from rlds_writer.store.chunk_spares import spares as _spares
 from rlds_writer.store.shared_frames import is_shared, shared_empty
 
 
@@ -137,15 +140,27 @@ class ChunkedRows:
         return arr if dtype is None else arr.astype(dtype)
 
 
+# Finished episodes whose chunks a column that waits (`take(wait=True)`) lets
+# the writer hold before it waits for one back instead of making a new one:
+# one being written, one queued behind it, so the writer never idles.
+_IN_FLIGHT = 2
+# How long such a wait lasts at most (a writer that stopped returning chunks).
+_WAIT_MAX = 5.0
+
+
 class BufferPool:
     """Recycles the buffers of large-row columns between episodes.
 
     A fresh multi-megabyte buffer costs a page fault per page at its first
-    touch, more than the copy of the rows into it; the writer thread hands each
-    episode's buffers back here once its record is written. Until the first
-    buffers come back, `prefill` makes warm spares on a background thread, so
-    the env thread does not pay those faults in the `reset()` that ends an
-    episode.
+    touch, more than the copy of the rows into it (on a virtual machine,
+    about as much as writing the same bytes to a file); the writer thread
+    hands each episode's buffers back here once its record is written. A
+    column that asks to (`wait=True`) waits for one back while the writer
+    holds the chunks of `_IN_FLIGHT` finished episodes, so a recording whose
+    env outruns its writer keeps two episodes' chunks, not one per queued
+    episode. `prefill` makes warm spares on a background thread. At `close`
+    the free buffers go to a small process-wide store (`chunk_spares`) that the
+    next recording's pool takes from.
     """
 
     def __init__(self, max_per_key: int = 3):
@@ -153,40 +168,107 @@ class BufferPool:
         self._max = max_per_key
         self._cap: dict[str, int] = {}
         self._shared: set[str] = set()  # keys that asked for shared buffers
-        self._lock = threading.Lock()
+        self._lent: dict[str, int] = {}  # chunks held by finished, unwritten episodes
+        self._per_episode: dict[str, int] = {}  # chunks the last finished episode took
+        self._cond = threading.Condition(threading.Lock())
+        self._pid = os.getpid()
+        self._closed = False
 
     def expect(self, key: str, chunks: int) -> None:
         """An episode of `key` took `chunks` buffers: keep enough for the episodes in flight."""
-        with self._lock:
+        with self._cond:
             self._cap[key] = max(self._cap.get(key, self._max), chunks * self._max)
 
     def take(
-        self, key: str, capacity: int, shape: tuple, dtype: np.dtype, shared: bool = False
+        self,
+        key: str,
+        capacity: int,
+        shape: tuple,
+        dtype: np.dtype,
+        shared: bool = False,
+        wait: bool = False,
     ) -> np.ndarray:
         """A buffer for `key`: a recycled or prefilled one if any, else a new one.
 
         `shared` buffers live in shared memory (`shared_frames`), where the
         image-encoding processes read them; a key always asks for the same kind.
+        With `wait`, a take that finds none free while the writer holds the
+        chunks of `_IN_FLIGHT` finished episodes of `key` waits for one back.
         """
-        with self._lock:
+        with self._cond:
+            if self._pid != os.getpid():  # a forked child: the parent's chunks are not ours
+                self._forget_parent()
             if shared:
                 self._shared.add(key)
-            free = self._free.get(key)
-            while free:
-                buf = free.pop()
-                if not shared or is_shared(buf):
-                    return buf
-        return _new_buffer((capacity,) + shape, dtype, shared)
+            deadline = None
+            while True:
+                free = self._free.get(key)
+                while free:
+                    buf = free.pop()
+                    if not shared or is_shared(buf):
+                        return buf
+                limit = _IN_FLIGHT * self._per_episode.get(key, 1)
+                if not wait or self._lent.get(key, 0) < limit:
+                    break
+                now = time.monotonic()
+                deadline = deadline or now + _WAIT_MAX
+                if now >= deadline:
+                    break
+                self._cond.wait(deadline - now)
+        dtype = np.dtype(dtype)
+        nbytes = capacity * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        spare = _spares.take(nbytes, shared)
+        if spare is not None:
+            return spare.view(dtype).reshape((capacity,) + tuple(shape))
+        return _new_buffer((capacity,) + tuple(shape), dtype, shared)
 
     def give(self, key: str, buf: np.ndarray) -> None:
         # A key that now asks for shared buffers lets its ordinary ones go
         # (image chunks made before the encoding processes started).
         if key in self._shared and not is_shared(buf):
             return
-        with self._lock:
+        with self._cond:
+            if self._closed:
+                _spares.put(buf, key in self._shared)
+                return
             free = self._free.setdefault(key, [])
             if len(free) < self._cap.get(key, self._max):
                 free.append(buf)
+                self._cond.notify_all()
+
+    def lend(self, keys: list[str]) -> None:
+        """A finished episode holds these chunks (one key per chunk) until it is written."""
+        counts: dict[str, int] = {}
+        for key in keys:
+            counts[key] = counts.get(key, 0) + 1
+        with self._cond:
+            for key, n in counts.items():
+                self._lent[key] = self._lent.get(key, 0) + n
+                self._per_episode[key] = n
+
+    def returned(self, key: str, buf: np.ndarray | None) -> None:
+        """A lent chunk is back (`buf`), or gone with an episode never written (None)."""
+        with self._cond:
+            self._lent[key] = max(0, self._lent.get(key, 0) - 1)
+            self._cond.notify_all()
+        if buf is not None:
+            self.give(key, buf)
+
+    def close(self) -> None:
+        """The recording is over: its free buffers go to the process's spares (bounded)."""
+        with self._cond:
+            self._closed = True
+            free, self._free = self._free, {}
+            mine = self._pid == os.getpid()
+        for key, bufs in free.items():
+            for buf in bufs:
+                if mine:
+                    _spares.put(buf, key in self._shared)
+
+    def _forget_parent(self) -> None:
+        self._free.clear()
+        self._lent.clear()
+        self._pid = os.getpid()
 
     def prefill(
         self, key: str, capacity: int, shape: tuple, dtype: np.dtype, shared: bool = False
@@ -196,7 +278,7 @@ class BufferPool:
         Does nothing if a spare is already free (every buffer of a key has the
         same shape: the chunks of one field).
         """
-        with self._lock:
+        with self._cond:
             if self._free.get(key):
                 return
         _prefill_requests().put((self, key, capacity, shape, dtype, shared))
@@ -281,6 +363,8 @@ class Episode:
         self.nbytes = _estimate_nbytes(columns)
         self._buffers = buffers or []
         self._pool = pool
+        if pool is not None and self._buffers:
+            pool.lend([key for key, _ in self._buffers])
 
     def release(self) -> None:
         """Drops the episode's data once it is written, recycling large buffers.
@@ -289,7 +373,15 @@ class Episode:
         """
         if self._pool is not None:
             for key, buf in self._buffers:
-                self._pool.give(key, buf)
+                self._pool.returned(key, buf)
         self._buffers = []
         self.columns = {}
         self.episode_values = {}
+
+    def __del__(self) -> None:
+        # Never written (the writer failed or was closed): its chunks are not
+        # coming back, so the pool must not wait for them.
+        buffers = getattr(self, "_buffers", None)
+        if buffers and self._pool is not None:
+            for key, _ in buffers:
+                self._pool.returned(key, None)
