@@ -497,20 +497,21 @@ _IMPORTS = {
 
 def _cpu_seconds() -> float:
     """CPU of this process and of every process it started, ended or still running."""
+    # Imported before the clock is read: its first import (10-17 ms) is no peer's cost.
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
     own = resource.getrusage(resource.RUSAGE_SELF)
     ended = resource.getrusage(resource.RUSAGE_CHILDREN)
     total = own.ru_utime + own.ru_stime + ended.ru_utime + ended.ru_stime
-    try:
-        import psutil
-
+    if psutil is not None:
         for child in psutil.Process().children(recursive=True):
             try:
                 times = child.cpu_times()
             except psutil.Error:
                 continue
             total += times.user + times.system
-    except ImportError:
-        pass
     return total
 
 
