@@ -47,32 +47,40 @@ _log = logging.getLogger(__name__)
 # Seconds of image encoding the writer must have fallen behind by (episodes
 # waiting while it encodes, priced at the measured cost per frame) before the
 # worker processes start: about what starting them costs. A recording that
-# keeps up on one thread, or ends first, never pays for them.
+# keeps up on the threads, or ends first, never pays for them.
 START_WORKERS_BEHIND_SECONDS = 0.5
 # ... and the CPU one frame costs here, at least: handing a frame to a process
 # costs about 0.2 ms of CPU (shared memory, sockets, the worker's wake-ups),
-# so 256x256 JPEG frames (~0.3 ms) stay cheapest on one thread, while PNG
+# so 256x256 JPEG frames (~0.25 ms) stay cheapest on the threads, while PNG
 # frames of that size (several ms) pay for it (benchmarks/REPORT.md).
 START_WORKERS_FRAME_SECONDS = 1e-3
+# Frames encoded in this process go to the encoding threads from this many per
+# field and episode: the codecs release the GIL for the pixel work (Pillow's
+# JPEG into a file descriptor, zlib), so two threads encode 256x256 JPEG
+# frames ~1.6x as fast as one for about the same CPU (benchmarks/REPORT.md);
+# fewer frames are not worth a hand-over.
+THREADS_MIN_FRAMES = 8
 
 
 class EpisodeEncoder:
     """Turns finished episodes into serialized `tf.train.Example` bytes.
 
-    PNG/JPEG frames are encoded on the calling thread (the writer's: the
-    cheapest in CPU, and the env thread does not wait for it) until the
-    writer falls behind by more image work than starting worker processes
-    costs (`START_WORKERS_BEHIND_SECONDS`), with frames costly enough that
-    handing them over pays (`START_WORKERS_FRAME_SECONDS`); then up to
+    PNG/JPEG frames are encoded in this process, on the `image_workers`
+    encoding threads (the codecs release the GIL for the pixel work; an
+    episode of fewer than `THREADS_MIN_FRAMES` frames per field stays on the
+    calling thread), until the writer falls behind by more image work than
+    starting worker processes costs (`START_WORKERS_BEHIND_SECONDS`), with
+    frames costly enough that handing them over pays
+    (`START_WORKERS_FRAME_SECONDS`); then up to
     `image_workers` processes start, in the background, and encode from the
     first episode after they are up.
 
     Args:
       features: the dataset's `tfds.features.FeaturesDict` (RLDS layout).
-      image_workers: PNG/JPEG frames are encoded in up to this many processes
-        when the calling thread cannot keep up (on Linux; elsewhere, or if a
-        process is lost, in this many threads), and other TFDS-encoded fields
-        in this many threads; 0 encodes everything on the calling thread.
+      image_workers: PNG/JPEG frames are encoded in this many threads, and
+        in this many processes (on Linux) when the threads fall behind on
+        costly frames; other TFDS-encoded fields in this many threads; 0
+        encodes everything on the calling thread.
       start_workers_behind: seconds of image work the writer must be behind
         before the processes start (default `START_WORKERS_BEHIND_SECONDS`,
         read when the encoder is made); 0 uses them from the first image
@@ -117,8 +125,10 @@ class EpisodeEncoder:
         if self._processes is not None and start_workers_behind <= 0:
             self._processes = image_processes.take_started(image_workers) or self._processes
             self._workers_up.set()  # `submit` starts them at the first image episode
-        # Measured seconds per frame encoded here, and how far behind the writer is.
+        # Measured CPU seconds per frame encoded here (on this thread or the
+        # encoding threads), and how far behind the writer is.
         self._frame_seconds = 0.0
+        self._image_cpu = 0.0  # CPU seconds of the episode being encoded, its frames
         self._behind_seconds = 0.0
         if image_workers and any(
             f.in_steps and f.kind in (FALLBACK, PNG, JPEG) for f in self.fields
@@ -189,8 +199,7 @@ class EpisodeEncoder:
         if self._processes is not None:
             if self._workers_up.is_set():
                 images = self._encode_images_in_processes(columns, upcoming)
-        # Only timed with image work to price (`thread_time` is a system call).
-        started = time.thread_time() if self._processes is not None else 0.0
+        self._image_cpu = 0.0
         field = None
         try:
             for field, write in self._plan:
@@ -206,7 +215,7 @@ class EpisodeEncoder:
         if images is None and self._processes is not None:
             frames = self._frames_in(columns)
             if frames:
-                per_frame = (time.thread_time() - started) / frames
+                per_frame = self._image_cpu / frames
                 self._frame_seconds = (
                     per_frame
                     if not self._frame_seconds
@@ -389,21 +398,28 @@ class EpisodeEncoder:
             return field.feature.encode_example(value)  # a path, file or encoded bytes
 
         items = values if field.in_steps else [values]
-        # With worker processes available, frames not sent to them are encoded
-        # on this one thread (a thread pool costs more CPU for the same frames).
-        if self._pool is not None and self._processes is None and len(items) > 1:
+        if self._pool is not None and len(items) >= THREADS_MIN_FRAMES:
             # Batches, not one task per image: a task's hand-over holds the GIL
             # for about as long as encoding a small image takes without it.
             rows = list(items)
             size = max(1, len(rows) // (4 * self._workers))
             batches = [rows[i : i + size] for i in range(0, len(rows), size)]
-            encoded = [
-                data
-                for batch in self._pool.map(lambda b: [encode_one(v) for v in b], batches)
-                for data in batch
-            ]
+
+            def encode_batch(batch: list[Any]) -> tuple[list[bytes], float]:
+                started = time.thread_time()
+                return [encode_one(v) for v in batch], time.thread_time() - started
+
+            encoded = []
+            for batch_encoded, cpu in self._pool.map(encode_batch, batches):
+                encoded += batch_encoded
+                self._image_cpu += cpu
         else:
+            # Only timed with image work to price (`thread_time` is a system call).
+            timed = self._processes is not None
+            started = time.thread_time() if timed else 0.0
             encoded = [encode_one(v) for v in items]
+            if timed:
+                self._image_cpu += time.thread_time() - started
         return bytes_list_parts(encoded)
 
     def _sequence_info(self, field: FieldSpec) -> Any:

@@ -137,3 +137,51 @@ def test_an_episode_finished_while_the_last_one_was_encoded_counts_as_behind(tmp
     assert encoder._workers_up.is_set()
     env.close()
     assert len(load_episodes(tmp_path / "ds")) == 2
+
+
+@pytest.mark.parametrize("image_encoding", ["jpeg", "png"])
+def test_frames_encoded_in_process_use_the_encoding_threads_and_keep_the_bytes(
+    tmp_path, monkeypatch, image_encoding
+):
+    # Before any process runs, an episode's frames are shared by the encoding
+    # threads (the codecs release the GIL), not left to the writer thread alone;
+    # no process starts, and the bytes are those of the single-threaded encoder.
+    threads: set[str] = set()
+    encoders = {"jpeg": encoding.encode_jpeg, "png": encoding.encode_png}
+    real = encoders[image_encoding]
+
+    def encode_and_note_the_thread(image, *args):
+        threads.add(threading.current_thread().name)
+        return real(image, *args)
+
+    monkeypatch.setattr(encoding, f"encode_{image_encoding}", encode_and_note_the_thread)
+    env = RecordRLDS(_Cameras(), str(tmp_path / "ds"), image_encoding=image_encoding)
+    encoder = env._recording.recorder.writer.encoder
+    _run_episodes(env, 3, seed=0)
+    env.close()
+    assert threads and all(name.startswith("rlds_writer_encode") for name in threads)
+    assert encoder._starter is None and _worker_pids(os.getpid()) == []
+    assert encoder._frame_seconds > 0  # measured on the threads: the start decision has it
+    reference = RecordRLDS(
+        _Cameras(), str(tmp_path / "alone"), image_encoding=image_encoding, image_workers=0
+    )
+    _run_episodes(reference, 3, seed=0)
+    reference.close()
+    assert _shard_bytes(tmp_path / "ds") == _shard_bytes(tmp_path / "alone")
+
+
+def test_an_episode_of_few_frames_is_encoded_on_the_writer_thread(tmp_path, monkeypatch):
+    threads: set[str] = set()
+    real = encoding.encode_jpeg
+
+    def encode_and_note_the_thread(image, *args):
+        threads.add(threading.current_thread().name)
+        return real(image, *args)
+
+    monkeypatch.setattr(encoding, "encode_jpeg", encode_and_note_the_thread)
+    steps = encoding.THREADS_MIN_FRAMES - 2  # steps + 1 frames per field
+    env = RecordRLDS(_Cameras(steps=steps), str(tmp_path / "ds"), image_encoding="jpeg")
+    _run_episodes(env, 2, seed=0)
+    env.close()
+    assert threads and not any(name.startswith("rlds_writer_encode") for name in threads)
+    assert len(load_episodes(tmp_path / "ds")) == 2
