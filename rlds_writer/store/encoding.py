@@ -55,20 +55,22 @@ START_WORKERS_BEHIND_SECONDS = 0.5
 # frames of that size (several ms) pay for it (benchmarks/REPORT.md).
 START_WORKERS_FRAME_SECONDS = 1e-3
 # Frames encoded in this process go to the encoding threads from this many per
-# field and episode: the codecs release the GIL for the pixel work (Pillow's
-# JPEG into a file descriptor, zlib), so two threads encode 256x256 JPEG
-# frames ~1.6x as fast as one for about the same CPU (benchmarks/REPORT.md);
-# fewer frames are not worth a hand-over.
+# field and episode, of at least this many bytes each: the codecs release the
+# GIL for the pixel work (Pillow's JPEG into a file descriptor, zlib), so two
+# threads encode 256x256 camera frames faster than one for the same CPU. Small
+# frames (84x84) are mostly GIL-held numpy and Pillow set-up: threads only add
+# CPU there (+3-8% measured on PNG 84x84), as do hand-overs of a few frames.
 THREADS_MIN_FRAMES = 8
+THREADS_MIN_FRAME_BYTES = 64 << 10
 
 
 class EpisodeEncoder:
     """Turns finished episodes into serialized `tf.train.Example` bytes.
 
     PNG/JPEG frames are encoded in this process, on the `image_workers`
-    encoding threads (the codecs release the GIL for the pixel work; an
-    episode of fewer than `THREADS_MIN_FRAMES` frames per field stays on the
-    calling thread), until the writer falls behind by more image work than
+    encoding threads (the codecs release the GIL for the pixel work; small
+    frames and episodes of few frames stay on the calling thread, see
+    `THREADS_MIN_FRAMES`), until the writer falls behind by more image work than
     starting worker processes costs (`START_WORKERS_BEHIND_SECONDS`), with
     frames costly enough that handing them over pays
     (`START_WORKERS_FRAME_SECONDS`); then up to
@@ -398,7 +400,11 @@ class EpisodeEncoder:
             return field.feature.encode_example(value)  # a path, file or encoded bytes
 
         items = values if field.in_steps else [values]
-        if self._pool is not None and len(items) >= THREADS_MIN_FRAMES:
+        if (
+            self._pool is not None
+            and len(items) >= THREADS_MIN_FRAMES
+            and getattr(items[0], "nbytes", 0) >= THREADS_MIN_FRAME_BYTES
+        ):
             # Batches, not one task per image: a task's hand-over holds the GIL
             # for about as long as encoding a small image takes without it.
             rows = list(items)

@@ -155,6 +155,7 @@ def test_frames_encoded_in_process_use_the_encoding_threads_and_keep_the_bytes(
         return real(image, *args)
 
     monkeypatch.setattr(encoding, f"encode_{image_encoding}", encode_and_note_the_thread)
+    monkeypatch.setattr(encoding, "THREADS_MIN_FRAME_BYTES", 48 * 48 * 3)  # these cameras' frames
     env = RecordRLDS(_Cameras(), str(tmp_path / "ds"), image_encoding=image_encoding)
     encoder = env._recording.recorder.writer.encoder
     _run_episodes(env, 3, seed=0)
@@ -170,7 +171,8 @@ def test_frames_encoded_in_process_use_the_encoding_threads_and_keep_the_bytes(
     assert _shard_bytes(tmp_path / "ds") == _shard_bytes(tmp_path / "alone")
 
 
-def test_an_episode_of_few_frames_is_encoded_on_the_writer_thread(tmp_path, monkeypatch):
+@pytest.mark.parametrize("few", ["frames", "bytes per frame"])
+def test_few_or_small_frames_are_encoded_on_the_writer_thread(tmp_path, monkeypatch, few):
     threads: set[str] = set()
     real = encoding.encode_jpeg
 
@@ -179,7 +181,11 @@ def test_an_episode_of_few_frames_is_encoded_on_the_writer_thread(tmp_path, monk
         return real(image, *args)
 
     monkeypatch.setattr(encoding, "encode_jpeg", encode_and_note_the_thread)
-    steps = encoding.THREADS_MIN_FRAMES - 2  # steps + 1 frames per field
+    if few == "frames":
+        monkeypatch.setattr(encoding, "THREADS_MIN_FRAME_BYTES", 0)
+        steps = encoding.THREADS_MIN_FRAMES - 2  # steps + 1 frames per field
+    else:  # 48x48x3 frames, smaller than the threads' minimum
+        steps = 30
     env = RecordRLDS(_Cameras(steps=steps), str(tmp_path / "ds"), image_encoding="jpeg")
     _run_episodes(env, 2, seed=0)
     env.close()
