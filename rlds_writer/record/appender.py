@@ -155,6 +155,18 @@ class StepBody:
         self.names = names
         self.takes_metadata = takes_metadata
 
+    def guarded_appends(self, indent: str) -> str:
+        """The appends as source lines at `indent`: all or none (a failed one rolls back)."""
+        inner = indent + "    "
+        appends = "".join(f"{inner}{a}\n" for a in self.appends) or f"{inner}pass\n"
+        return (
+            f"{indent}try:\n{appends}"
+            f"{indent}except BaseException:\n"
+            f"{inner}_buffer._rollback(n)\n"
+            f"{inner}raise\n"
+            f"{indent}_buffer.num_steps = n + 1\n"
+        )
+
 
 def step_body(groups: Mapping[str, Any], columns: Mapping[str, Any]) -> StepBody:
     """The test and appends of one step (see `compile_step_add` for the arguments)."""
@@ -209,17 +221,11 @@ def compile_step_add(
     if not body.takes_metadata:
         tests.append("step_metadata is None")
     names = dict(body.names, _buffer=buffer, _checked=checked_add)
-    appends = "\n".join(f"            {a}" for a in body.appends) or "            pass"
     text = (
         "def add(action, reward, discount, next_observation, step_metadata=None):\n"
         "    n = _buffer.num_steps\n"
         f"    if {' and '.join(f'({t})' for t in tests)}:\n"
-        "        try:\n"
-        f"{appends}\n"
-        "        except BaseException:\n"
-        "            _buffer._rollback(n)\n"
-        "            raise\n"
-        "        _buffer.num_steps = n + 1\n"
+        f"{body.guarded_appends('        ')}"
         "    else:\n"
         "        _checked(action, reward, discount, next_observation, step_metadata)\n"
     )

@@ -189,7 +189,6 @@ class EnvLogger(dm_env.Environment):
         what recording adds to a Catch step). Compiled once per episode
         buffer (the recorder reuses its buffers) and kept.
         """
-        appends = "\n".join(f"            {a}" for a in body.appends) or "            pass"
         text = (
             "def step(action):\n"
             "    timestep = _env_step(action)\n"
@@ -200,12 +199,7 @@ class EnvLogger(dm_env.Environment):
             "    next_observation = timestep.observation\n"
             "    n = _buffer.num_steps\n"
             f"    if n and {body.test}:\n"
-            "        try:\n"
-            f"{appends}\n"
-            "        except BaseException:\n"
-            "            _buffer._rollback(n)\n"
-            "            raise\n"
-            "        _buffer.num_steps = n + 1\n"
+            f"{body.guarded_appends('        ')}"
             "        return timestep\n"
             "    return _checked(action, timestep)\n"
         )
