@@ -27,9 +27,7 @@ from rlds_writer.store.shard_format import (
     FileFormat,
     PerProcess,
     ShardCheck,
-    ShardReader,
     ShardWalk,
-    ShardWriter,
     join_parts,
 )
 
@@ -240,19 +238,8 @@ class ArrayRecordFormat(FileFormat):
     tfds_reader = "as_data_source"  # TFDS has no tf.data reader for it
     opens_paths = True
 
-    def open_writer(self, path: epath.Path, fsync: bool = False) -> ShardWriter:
-        return ArrayRecordShardWriter(path, fsync)
-
-    def open_reader(
-        self,
-        path: str,
-        num_records: int,
-        verify: bool,
-        cache_path: str | None,
-        skip: bool = False,
-        opener: Callable[[], Any] | None = None,
-    ) -> ShardReader:
-        return ArrayRecordShard(path, num_records, verify, cache_path, skip, opener)
+    writer_class = ArrayRecordShardWriter
+    reader_class = ArrayRecordShard
 
     def records(self, path: epath.PathLike, *, strict: bool = False) -> Iterator[bytes]:
         # Its reader raises for a damaged file: every walk is strict.

@@ -11,6 +11,7 @@ the formats by name; nothing else branches on the file format.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -137,9 +138,14 @@ class FileFormat:
     tfds_reader = "as_dataset"
     opens_paths = False
 
+    # The classes `open_writer` and `open_reader` construct, or "module:Class"
+    # to import on first use (a reader that loads what writing never needs).
+    writer_class: type[ShardWriter] | str | None = None
+    reader_class: type[ShardReader] | str | None = None
+
     def open_writer(self, path: epath.Path, fsync: bool = False) -> ShardWriter:
         """Creates the new shard `path` (never through a link) for writing."""
-        raise NotImplementedError
+        return _resolve(self.writer_class, self, "writer_class")(path, fsync)
 
     def open_reader(
         self,
@@ -161,7 +167,8 @@ class FileFormat:
           opener: returns the file opened for range reads (`Dataset.open_file`) or,
             if `opens_paths`, a local path (`Dataset.local_file`).
         """
-        raise NotImplementedError
+        reader = _resolve(self.reader_class, self, "reader_class")
+        return reader(path, num_records, verify, cache_path, skip, opener)
 
     def records(self, path: epath.PathLike, *, strict: bool = False) -> Iterator[bytes]:
         """The good records of a whole shard, in order (`strict`: raise at damage)."""
@@ -200,3 +207,13 @@ class FileFormat:
     def cut(self, path: Any, size: int) -> None:
         """Cuts a crash's torn tail off the shard."""
         raise NotImplementedError
+
+
+def _resolve(cls: type | str | None, fmt: FileFormat, attribute: str) -> Any:
+    """`cls`, imported first if given as "module:Class"."""
+    if cls is None:
+        raise NotImplementedError(f"shard format {fmt.name!r} sets no {attribute}")
+    if isinstance(cls, str):
+        module, _, name = cls.partition(":")
+        return getattr(importlib.import_module(module), name)
+    return cls

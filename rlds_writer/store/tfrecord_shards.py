@@ -22,9 +22,7 @@ from rlds_writer.store.object_path import as_path
 from rlds_writer.store.shard_format import (
     FileFormat,
     ShardCheck,
-    ShardReader,
     ShardWalk,
-    ShardWriter,
     join_parts,
 )
 
@@ -129,21 +127,8 @@ class TFRecordFormat(FileFormat):
 
     name = "tfrecord"
 
-    def open_writer(self, path: epath.Path, fsync: bool = False) -> ShardWriter:
-        return TFRecordShardWriter(path, fsync)
-
-    def open_reader(
-        self,
-        path: str,
-        num_records: int,
-        verify: bool,
-        cache_path: str | None,
-        skip: bool = False,
-        opener: Callable[[], Any] | None = None,
-    ) -> ShardReader:
-        from rlds_writer.store.tfrecord_reader import TFRecordShard
-
-        return TFRecordShard(path, num_records, verify, cache_path, skip, opener)
+    writer_class = TFRecordShardWriter
+    reader_class = "rlds_writer.store.tfrecord_reader:TFRecordShard"
 
     def records(self, path: epath.PathLike, *, strict: bool = False) -> Iterator[bytes]:
         return tfrecord_records(path, strict)
