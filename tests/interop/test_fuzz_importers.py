@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from helpers_core import fuzz_settings
+from helpers_fuzz import mutate
 from hostile_sources import (
     d4rl_file,
     episode_arrays,
@@ -145,26 +146,8 @@ def test_npy_headers_end_in_data_or_one_line_error(tmp_path, member, as_npz, key
 
 
 def _mutate(draw, data: bytes) -> bytes:
-    buf = bytearray(data)
-    for _ in range(draw(st.integers(1, 6))):
-        op = draw(st.sampled_from(["flip", "byte", "cut", "insert", "delete", "int32"]))
-        if not buf:
-            buf += draw(st.binary(max_size=8))
-            continue
-        pos = draw(st.integers(0, len(buf) - 1))
-        if op == "flip":
-            buf[pos] ^= 1 << draw(st.integers(0, 7))
-        elif op == "byte":
-            buf[pos] = draw(st.integers(0, 255))
-        elif op == "cut":
-            del buf[pos:]
-        elif op == "insert":
-            buf[pos:pos] = draw(st.binary(min_size=1, max_size=16))
-        elif op == "delete":
-            del buf[pos : pos + draw(st.integers(1, 16))]
-        else:  # a size field: zip sizes and offsets, Parquet lengths
-            buf[pos : pos + 4] = draw(st.sampled_from([b"\xff\xff\xff\xff", b"\0\0\0\x7f"]))
-    return bytes(buf)
+    # A size field: zip sizes and offsets, Parquet lengths.
+    return mutate(draw, data, [b"\xff\xff\xff\xff", b"\0\0\0\x7f"], width=4)
 
 
 def _npz_bytes(compress: bool) -> bytes:

@@ -28,6 +28,7 @@ import zlib
 import numpy as np
 import pytest
 from helpers_core import fuzz_settings, random_episodes, write_with_rlds_writer
+from helpers_fuzz import mutate
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -64,26 +65,8 @@ def _within_memory(fn, *args):
 @st.composite
 def mutated(draw, data: bytes) -> bytes:
     """`data` with random bit flips, byte overwrites, truncation and insertions."""
-    buf = bytearray(data)
-    for _ in range(draw(st.integers(1, 6))):
-        op = draw(st.sampled_from(["flip", "byte", "cut", "insert", "delete", "varint"]))
-        if not buf:
-            buf += draw(st.binary(max_size=8))
-            continue
-        pos = draw(st.integers(0, len(buf) - 1))
-        if op == "flip":
-            buf[pos] ^= 1 << draw(st.integers(0, 7))
-        elif op == "byte":
-            buf[pos] = draw(st.integers(0, 255))
-        elif op == "cut":
-            del buf[pos:]
-        elif op == "insert":
-            buf[pos:pos] = draw(st.binary(min_size=1, max_size=16))
-        elif op == "delete":
-            del buf[pos : pos + draw(st.integers(1, 16))]
-        else:  # a long or huge varint where a length was
-            buf[pos : pos + 1] = draw(st.sampled_from([b"\xff" * 9 + b"\x01", b"\xff" * 11]))
-    return bytes(buf)
+    # A long or huge varint where a length was.
+    return mutate(draw, data, [b"\xff" * 9 + b"\x01", b"\xff" * 11], width=1)
 
 
 # --------------------------------------------------------------------------- framing
