@@ -39,7 +39,8 @@ How it works (details in the modules named):
   directories hold every reported episode, merges them into
   `<output_root>/merged` (`rllib_directories.py`) and checks the merged
   dataset; a missing episode raises `EpisodesLostError` naming the runner
-  and its node. With `merge=False` read the runner directories with
+  and its node. So does an episode RLlib finished that a runner could not
+  write (its chunks did not join up), after the others are merged. With `merge=False` read the runner directories with
   `tfds.builder_from_directories`.
 * A restarted runner (`restart_failed_env_runners`) reopens its
   subdirectory in append mode (or, shipping, starts a new one); the killed
@@ -158,13 +159,15 @@ class RLDSRecorder(RLlibCallback):
         """Checks every runner's episodes reached the driver's node, then merges (and checks)."""
         reports = self._reports()
         delivery_lib.check_delivered(self._opts["output_root"], reports)
-        if not merge:
-            return None
-        result = merge_runner_datasets(self._opts)
-        if result is not None:
-            delivery_lib.check_merged(
-                merged_directory(self._opts), reports, per_module=isinstance(result, dict)
-            )
+        result = None
+        if merge:
+            result = merge_runner_datasets(self._opts)
+            if result is not None:
+                delivery_lib.check_merged(
+                    merged_directory(self._opts), reports, per_module=isinstance(result, dict)
+                )
+        # Last: what was recorded is merged and checked before this raises.
+        delivery_lib.check_recorded(reports)
         return result
 
     def _stop_sink(self) -> None:
@@ -343,7 +346,9 @@ class RLDSRecorder(RLlibCallback):
     def _deliver(self, final: bool = False) -> None:
         """Ships what the last flush closed (if this node ships) and reports the count."""
         if self._delivery is not None and self._writer is not None:
-            self._delivery.deliver(self._writer.datasets(), final=final)
+            self._delivery.deliver(
+                self._writer.datasets(), final=final, unrecorded=self._writer.unrecorded
+            )
 
 
 def _close_runner_recorders(env_runner: Any) -> int:

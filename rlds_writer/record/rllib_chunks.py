@@ -173,6 +173,8 @@ class ChunkWriter:
     Attributes:
       episodes_finished: episodes this writer was handed whole and wrote
         (what the runner reports to the driver's check).
+      unrecorded: ids of the episodes RLlib finished whose chunks did not
+        join up, so were not written (reported too: the driver raises).
     """
 
     def __init__(
@@ -187,6 +189,7 @@ class ChunkWriter:
         self.recorder = recorder
         self.directory = None if directory is None else epath.Path(directory)
         self.episodes_finished = 0
+        self.unrecorded: list[str] = []
         self.obs_space = obs_space
         self.act_space = act_space
         self._convert_obs = spaces_lib.space_converter(obs_space)
@@ -207,11 +210,12 @@ class ChunkWriter:
 
         Returns:
           Whether the episode was written (False, with a warning, if the
-          chunks do not join up).
+          chunks do not join up; its id is then kept in `unrecorded`).
         """
         opts = self._opts
         joined = join(slot, parts, opts["model_outputs"])
         if joined is None:
+            self.unrecorded.append(str(slot))
             return False
         observations, infos = joined["observations"], joined["infos"]
         actions, rewards, outputs = joined["actions"], joined["rewards"], joined["outputs"]

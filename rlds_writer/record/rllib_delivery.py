@@ -31,7 +31,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from etils import epath
@@ -87,7 +87,7 @@ class RunnerDelivery:
             self.local_root = epath.Path(tempfile.gettempdir()) / STAGING / self.incarnation
         self._shipped: dict[str, set[str]] = {}  # dataset -> shard names shipped
         self._mirrors: dict[str, str] = {}  # dataset -> mirror directory on the driver
-        self._reported: dict[str, dict[str, int]] | None = None
+        self._reported: tuple[dict[str, dict[str, int]], list[str]] | None = None
 
     @classmethod
     def connect(cls, output_root: str, worker_index: int, split: str) -> RunnerDelivery:
@@ -101,13 +101,20 @@ class RunnerDelivery:
         shipping = not file_io.is_local(root) or not _seen_by(sink, root)
         return cls(output_root, sink, shipping, _identity(worker_index, split))
 
-    def deliver(self, datasets: Mapping[epath.Path, tuple[str, int]], final: bool = False) -> None:
+    def deliver(
+        self,
+        datasets: Mapping[epath.Path, tuple[str, int]],
+        final: bool = False,
+        unrecorded: Sequence[str] = (),
+    ) -> None:
         """Ships what a flush closed (if shipping) and reports the episodes finished.
 
         Args:
           datasets: this runner's dataset directories -> (split, episodes it
             finished there), all flushed.
           final: the runner closed its writers (the last delivery).
+          unrecorded: ids of episodes RLlib finished that the runner could
+            not write (reported, so that the driver raises).
         """
         if self.sink is None:
             return
@@ -117,10 +124,12 @@ class RunnerDelivery:
             dataset = epath.Path(directory).relative_to(self.local_root).as_posix()
             target = self._ship(directory, dataset) if self.shipping else dataset
             counts.setdefault(target, {})[split] = finished
-        if counts != self._reported or final:  # one call per sample() only when it changed
+        state = (counts, list(unrecorded))
+        if state != self._reported or final:  # one call per sample() only when it changed
             report = {**self.identity, "counts": counts, "shipped": self.shipping, "closed": final}
+            report["unrecorded"] = state[1]
             ray.get(self.sink.report.remote(self.incarnation, report))
-            self._reported = counts
+            self._reported = state
         if final and self.shipping:
             ray.get(self.sink.release.remote(self.incarnation))
             # Everything is on the driver's node now.
@@ -268,6 +277,24 @@ def check_delivered(root: epath.PathLike, reports: Mapping[str, Mapping[str, Any
             "runner directories are kept): check that node's disk and logs, or record to a "
             "file system every node shares"
         )
+
+
+def check_recorded(reports: Mapping[str, Mapping[str, Any]]) -> None:
+    """Checks that no runner finished an episode it could not write.
+
+    Raises:
+      EpisodesLostError: naming each such runner, its node and the episode ids.
+    """
+    lost = [(r, r["unrecorded"]) for r in reports.values() if r.get("unrecorded")]
+    if not lost:
+        return
+    n = sum(len(ids) for _, ids in lost)
+    which = "; ".join(f"{_runner_text(r)}: {', '.join(ids)}" for r, ids in lost)
+    raise EpisodesLostError(
+        f"{counted(n, 'episode')} RLlib finished could not be recorded, their chunks did not "
+        f"join up ({which}); every other episode was written and merged: the runner's log "
+        "names each episode's chunks, please report it with them"
+    )
 
 
 def check_merged(

@@ -93,12 +93,19 @@ def _get(spaces: Any, agent_id: Any) -> Any:
 def agent_parts(chunks: list[dict[Any, dict[str, Any]]]) -> dict[Any, list[dict[str, Any]]]:
     """Each agent's parts, in chunk order, from the copies of an env episode's chunks.
 
-    An agent is absent from the chunks before it joined and after it left;
-    `ChunkWriter.write` checks that its parts join up.
+    An agent is absent from the chunks before it joined and after it left,
+    except one case: an agent done on the last step before a cut comes back
+    in RLlib's next chunk as an empty episode starting at t=0 (`cut()` does
+    not carry its clock over); that ghost is dropped. `ChunkWriter.write`
+    checks that the parts join up.
     """
     out: dict[Any, list[dict[str, Any]]] = {}
     for chunk in chunks:
         for agent_id, part in chunk.items():
+            earlier = out.get(agent_id)
+            done = earlier and (earlier[-1]["terminated"] or earlier[-1]["truncated"])
+            if done and not part["actions"]:
+                continue
             out.setdefault(agent_id, []).append(part)
     return out
 
@@ -227,6 +234,11 @@ class MultiAgentRecording:
                 errors.append(e)
         if errors:
             raise errors[0]
+
+    @property
+    def unrecorded(self) -> list[str]:
+        """Agent episodes RLlib finished that could not be written (`ChunkWriter`)."""
+        return [slot for w in self.writers.values() for slot in w.unrecorded]
 
     @property
     def episodes_written(self) -> int:

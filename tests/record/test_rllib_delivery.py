@@ -139,3 +139,21 @@ def test_a_merged_dataset_short_of_the_reported_episodes_raises(tmp_path):
     with pytest.raises(EpisodesLostError, match="split 'train' holds 3 episodes but .* 4"):
         check_merged(tmp_path / "merged", reports, per_module=False)
     check_merged(tmp_path / "merged", {"a": _report("writer-00001", 3, 1)}, per_module=False)
+
+
+def test_an_episode_a_runner_could_not_write_raises_naming_runner_node_and_episode():
+    from rlds_writer.record.rllib_delivery import check_recorded
+
+    reports = {
+        "a": {**_report("writer-00001", 2, 1), "unrecorded": []},
+        "b": {**_report("writer-00002", 3), "unrecorded": ["ec95f3f795c8"]},
+    }
+    with pytest.raises(EpisodesLostError) as error:
+        check_recorded(reports)
+    text = str(error.value)
+    assert "\n" not in text
+    assert text.startswith("1 episode RLlib finished could not be recorded")
+    assert "EnvRunner 2 (pid 318) on node 10.0.0.7 3fa2b81c09de: ec95f3f795c8" in text
+    assert "EnvRunner 1" not in text
+    # Reports of runners that wrote everything (or predate the field) pass.
+    check_recorded({"a": _report("writer-00001", 2, 1), "b": {**reports["a"]}})

@@ -419,3 +419,79 @@ def test_turn_based_agent_episodes_join_exactly_wherever_rllib_cuts(length):
             got = [int(o[0]) for o in joined["observations"]]
             assert got == played[agent]["obs"], (cuts, agent)
             assert [int(a) for a in joined["actions"]] == played[agent]["actions"], (cuts, agent)
+
+
+def _simultaneous_chunks(length: int, a_leaves: int, cut: int) -> list[Any]:
+    """Agents a and b act on every step of RLlib's own `MultiAgentEpisode`; a is done at `a_leaves`.
+
+    Cut once at `cut` as an EnvRunner cuts; the last chunk is copied as
+    `on_episode_end` sees it (before RLlib prunes its empty agent episodes).
+    """
+    from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
+
+    from rlds_writer.record.rllib_multiagent import extract_multi_agent
+
+    space = gym.spaces.Box(-1e3, 1e3, (1,), np.float32)
+    episode = MultiAgentEpisode(
+        observation_space={"a": space, "b": space},
+        action_space={"a": gym.spaces.Discrete(99), "b": gym.spaces.Discrete(99)},
+        agent_to_module_mapping_fn=lambda agent, ep: "p",
+    )
+    episode.add_env_reset(
+        observations={"a": np.float32([0]), "b": np.float32([0])}, infos={"a": {}, "b": {}}
+    )
+    chunks = []
+    for t in range(1, length + 1):
+        acting = ("a", "b") if t <= a_leaves else ("b",)
+        episode.add_env_step(
+            {agent: np.float32([t]) for agent in acting},
+            {agent: t for agent in acting},
+            {agent: 1.0 for agent in acting},
+            infos={agent: {} for agent in acting},
+            terminateds={"a": t == a_leaves, "__all__": t == length},
+        )
+        if t == cut and t != length:
+            successor = episode.cut(len_lookback_buffer=1)
+            for agent, sa in list(episode.agent_episodes.items()):
+                if not sa:
+                    del episode.agent_episodes[agent]
+            chunks.append(extract_multi_agent(episode, ()))
+            episode = successor
+    chunks.append(extract_multi_agent(episode, ()))
+    return chunks
+
+
+def test_an_agent_done_on_the_last_step_before_a_cut_is_recorded_whole():
+    # The cluster run's loss: RLlib's cut() brings a done agent back in the next chunk as
+    # an empty agent episode starting at t=0, and its chunks no longer joined.
+    from rlds_writer.record.rllib_chunks import join
+    from rlds_writer.record.rllib_multiagent import agent_parts
+
+    length = 7
+    for a_leaves in range(1, length):
+        for cut in range(1, length):
+            parts = agent_parts(_simultaneous_chunks(length, a_leaves, cut))
+            joined = {agent: join(agent, p, ()) for agent, p in parts.items()}
+            where = (a_leaves, cut)
+            assert [int(o[0]) for o in joined["a"]["observations"]] == list(range(a_leaves + 1))
+            assert [int(o[0]) for o in joined["b"]["observations"]] == list(range(length + 1))
+            assert parts["a"][-1]["terminated"], where
+            assert [int(x) for x in joined["a"]["actions"]] == list(range(1, a_leaves + 1))
+
+
+def test_an_agent_episode_whose_chunks_do_not_join_is_kept_as_unrecorded():
+    from rlds_writer.record.rllib_multiagent import MultiAgentRecording
+
+    recording = MultiAgentRecording({}, "00001", 1, "train", "/nonexistent")
+    parts = [{"span": (0, 3), "actions": [1]}, {"span": (0, 0), "actions": [2]}]
+    chunk = {"module_id": "p0", "agent_episode_id": "e1", "terminated": True, "truncated": False}
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    chunk.update(observation_space=space, action_space=gym.spaces.Discrete(3))
+    from rlds_writer.record.rllib_chunks import ChunkWriter
+
+    recording.writers["p0"] = ChunkWriter(
+        None, space, gym.spaces.Discrete(3), {"model_outputs": ()}, "train"
+    )
+    written = recording.write("env1", [{"a": {**chunk, **parts[0]}}, {"a": {**chunk, **parts[1]}}])
+    assert written == 0
+    assert recording.unrecorded == ["e1"]
