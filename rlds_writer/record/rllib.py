@@ -40,7 +40,8 @@ How it works (details in the modules named):
   `<output_root>/merged` (`rllib_directories.py`) and checks the merged
   dataset; a missing episode raises `EpisodesLostError` naming the runner
   and its node. So does an episode RLlib finished that a runner could not
-  write (its chunks did not join up), after the others are merged. With `merge=False` read the runner directories with
+  write (its chunks did not join up), after the others are merged. With
+  `merge=False` read the runner directories with
   `tfds.builder_from_directories`.
 * A restarted runner (`restart_failed_env_runners`) reopens its
   subdirectory in append mode (or, shipping, starts a new one); the killed
