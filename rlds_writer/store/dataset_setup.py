@@ -37,9 +37,15 @@ def build_dataset_info(
     data_directory: epath.PathLike,
     metadata: Mapping[str, Any] | None = None,
 ) -> Any:
-    """Returns the `tfds.core.DatasetInfo` of an RLDS dataset config."""
+    """Returns the `tfds.core.DatasetInfo` of an RLDS dataset config.
+
+    The same features, in the same order, as `tfds.rlds.rlds_base.build_info`,
+    which names the step flags `tf.bool` and so imports TensorFlow (about 5 s)
+    into every recording process; NumPy's bool is the same feature
+    (`features.json` is byte-identical) and nothing here needs TensorFlow.
+    """
+    import numpy as np
     import tensorflow_datasets as tfds
-    from tensorflow_datasets.rlds import rlds_base
 
     identity = tfds.core.DatasetIdentity(
         name=name,
@@ -47,8 +53,24 @@ def build_dataset_info(
         data_dir=os.fspath(data_directory),
         module_name="",
     )
-    return rlds_base.build_info(
-        ds_config, identity, ds_metadata=dict(metadata) if metadata else None
+    steps = {
+        "is_terminal": np.bool_,
+        "is_first": np.bool_,
+        "is_last": np.bool_,
+        **(ds_config.step_metadata_info or {}),
+    }
+    for field in ("observation", "action", "reward", "discount"):
+        if getattr(ds_config, f"{field}_info"):
+            steps[field] = getattr(ds_config, f"{field}_info")
+    features = {"steps": tfds.features.Dataset(steps), **(ds_config.episode_metadata_info or {})}
+    return tfds.core.DatasetInfo(
+        builder=identity,
+        description=ds_config.overall_description,
+        features=tfds.features.FeaturesDict(features),
+        supervised_keys=ds_config.supervised_keys,
+        homepage=ds_config.homepage,
+        citation=ds_config.citation,
+        metadata=tfds.core.MetadataDict(metadata) if metadata else None,
     )
 
 
