@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ def _text(notebook: nbformat.NotebookNode) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.docs
 def test_notebook_records_dm_env_and_gymnasium_and_loads_with_tfds(tmp_path, monkeypatch):
     pytest.importorskip("gymnasium")
     notebook = _run("01_record_dm_env_and_gymnasium.ipynb", tmp_path, monkeypatch)
@@ -47,8 +49,12 @@ def test_notebook_records_dm_env_and_gymnasium_and_loads_with_tfds(tmp_path, mon
 
 
 @pytest.mark.slow
+@pytest.mark.docs
 def test_notebook_records_custom_env_data_during_rllib_training(tmp_path, monkeypatch):
-    pytest.importorskip("ray.rllib")
+    # Not imported here: RLlib, first to import TensorFlow in a process, turns off its
+    # eager mode, and later tests in this process read datasets with TFDS.
+    if importlib.util.find_spec("ray.rllib") is None:
+        pytest.skip("needs the rllib extra")
     notebook = _run("02_rllib_custom_env_data.ipynb", tmp_path, monkeypatch)
     assert "episodes recorded;" in _text(notebook)
     png = tmp_path / "plant_traces.png"
@@ -56,6 +62,7 @@ def test_notebook_records_custom_env_data_during_rllib_training(tmp_path, monkey
 
 
 @pytest.mark.slow
+@pytest.mark.docs
 def test_notebook_behaviour_cloning_beats_random(tmp_path, monkeypatch):
     notebook = _run("03_behaviour_cloning_keras.ipynb", tmp_path, monkeypatch)
     # The notebook asserts bc_return > random_return itself; check it printed them.

@@ -42,10 +42,11 @@ def test_default_image_installs_the_readme_lean_command_and_runs_the_tests():
 def test_full_image_installs_the_readme_everything_command():
     install = _dockerfile_pip_install("all,test")
     (everything,) = [c for c in _readme_commands() if install in c]
-    # The default run, then the release checks (built wheel, fresh venv from the index)
-    # and the multi-node cluster tests.
+    # The default run, then the release checks (built wheel, fresh venv from the index),
+    # the multi-node cluster tests and the executed docs/*.md and notebooks.
     assert everything.endswith(
-        ' && .venv/bin/python -m pytest -q && .venv/bin/python -m pytest -q -m "release or cluster"'
+        " && .venv/bin/python -m pytest -q"
+        ' && .venv/bin/python -m pytest -q -m "release or cluster or docs"'
     )
 
 
