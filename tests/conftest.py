@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -51,12 +52,41 @@ def ray_session():
     ray.shutdown()
 
 
-@pytest.fixture(scope="session")
-def d3rlpy_python():
-    """The python of the d3rlpy consumer venv (tests/consumer_venv.py), built on first use."""
+def _d3rlpy_venv() -> Path:
     from consumer_venv import D3RLPY_REQUIREMENTS, D3RLPY_SHARED, consumer_python
 
     return consumer_python("d3rlpy", D3RLPY_REQUIREMENTS, shared=D3RLPY_SHARED)
+
+
+_prebuild: list[threading.Thread] = []
+
+
+def _build_quietly() -> None:
+    try:
+        _d3rlpy_venv()
+    except BaseException:  # noqa: BLE001 - the fixture builds again and reports
+        pass
+
+
+def pytest_collection_finish(session):
+    # The first run builds the d3rlpy venv (about a minute of pip, mostly downloads
+    # and unpacking): start it now, beside the tests before the first one that needs
+    # it; that one's fixture waits for it on the venv's lock.
+    if any("d3rlpy_python" in getattr(item, "fixturenames", ()) for item in session.items):
+        thread = threading.Thread(target=_build_quietly, name="d3rlpy-venv", daemon=True)
+        thread.start()
+        _prebuild.append(thread)
+
+
+def pytest_sessionfinish(session):
+    for thread in _prebuild:
+        thread.join()  # never leave pip writing into .cache after the run
+
+
+@pytest.fixture(scope="session")
+def d3rlpy_python():
+    """The python of the d3rlpy consumer venv (tests/consumer_venv.py), built on first use."""
+    return _d3rlpy_venv()
 
 
 @pytest.fixture(scope="module")

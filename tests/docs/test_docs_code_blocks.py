@@ -142,16 +142,13 @@ _RUN_AGAINST_SERVERS = {"storage.md": "tests/store/test_storage_docs.py"}
 
 
 # Executing a doc's blocks takes from 10 s to a minute (RLlib training, every README
-# example): `slow`, left out of the quick loop `pytest -m "not slow"`. README.md's
-# stay in the default run; docs/*.md are `docs` too, run with the release checks
-# (`pytest -m "release or cluster or docs"`, README, .ci/run). The check that every
-# block is runnable stays in the quick loop.
+# example): `slow` and `docs`, run with the release checks (`pytest -m "release or
+# cluster or docs"`, README, .ci/run), not by `pytest -q`. The check that every
+# block is runnable stays in the quick loop, and tests/docs/test_readme_examples.py
+# and tests/cli/test_quiet_output.py run the README's quick start in the default run.
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "path",
-    [p if p.name == "README.md" else pytest.param(p, marks=pytest.mark.docs) for p in DOCS],
-    ids=lambda p: p.name,
-)
+@pytest.mark.docs
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
 def test_python_blocks_run(path, tmp_path, doc_data):
     if path.name in _RUN_AGAINST_SERVERS:
         pytest.skip(

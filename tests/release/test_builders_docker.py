@@ -43,7 +43,7 @@ def test_full_image_installs_the_readme_everything_command():
     install = _dockerfile_pip_install("all,test")
     (everything,) = [c for c in _readme_commands() if install in c]
     # The default run, then the release checks (built wheel, fresh venv from the index),
-    # the multi-node cluster tests and the executed docs/*.md and notebooks.
+    # the multi-node cluster tests and the executed docs and notebooks.
     assert everything.endswith(
         " && .venv/bin/python -m pytest -q"
         ' && .venv/bin/python -m pytest -q -m "release or cluster or docs"'
