@@ -277,11 +277,11 @@ def _reported_per_dataset(algo: Any) -> dict[str, int]:
 
 
 def _episodes_reported_from(algo: Any, node_id: str) -> int:
-    """Episodes the runners of one node reported to the driver's sink."""
+    """Episodes the runners of one node reported to the driver's sink (so far)."""
     import ray
 
     recorder = algo.callbacks[0] if isinstance(algo.callbacks, list) else algo.callbacks
-    reports = ray.get(recorder._sink.finish.remote())
+    reports = ray.get(recorder._sink.__ray_call__.remote(lambda sink: dict(sink.reports)))
     return sum(
         n
         for report in reports.values()
@@ -317,6 +317,13 @@ def _run_scenario(
     algo = _config(scenario, root).build_algo()
     results = [algo.train()]
     if scenario == "node_lost":
+        # The scenario needs episodes of the second node's runner delivered before its
+        # node dies: a runner slow to start may have finished none in the first train().
+        second = next(n for n in _runner_nodes(algo) if n != driver_node)
+        for _ in range(5):
+            if _episodes_reported_from(algo, second):
+                break
+            results.append(algo.train())
         result.update(_lose_the_second_node(algo, address, hidden, nodes, driver_node))
     else:
         result.update(_kill_remote_runner(algo, driver_node))
