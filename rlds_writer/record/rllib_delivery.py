@@ -292,8 +292,8 @@ def check_recorded(reports: Mapping[str, Mapping[str, Any]]) -> None:
     which = "; ".join(f"{_runner_text(r)}: {', '.join(ids)}" for r, ids in lost)
     raise EpisodesLostError(
         f"{counted(n, 'episode')} RLlib finished could not be recorded, their chunks did not "
-        f"join up ({which}); every other episode was written and merged: the runner's log "
-        "names each episode's chunks, please report it with them"
+        f"join up ({which}); every other episode was written (and merged, if merging): the "
+        "runner's log names each episode's chunks, please report it with them"
     )
 
 

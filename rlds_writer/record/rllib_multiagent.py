@@ -103,7 +103,7 @@ def agent_parts(chunks: list[dict[Any, dict[str, Any]]]) -> dict[Any, list[dict[
     for chunk in chunks:
         for agent_id, part in chunk.items():
             earlier = out.get(agent_id)
-            done = earlier and (earlier[-1]["terminated"] or earlier[-1]["truncated"])
+            done = bool(earlier) and (earlier[-1]["terminated"] or earlier[-1]["truncated"])
             if done and not part["actions"]:
                 continue
             out.setdefault(agent_id, []).append(part)
