@@ -55,6 +55,7 @@ def _cli(*args, env=None):
     return result
 
 
+@pytest.mark.slow  # a subprocess that imports TensorFlow
 def test_recording_catch_and_loading_it_prints_no_log_lines(tmp_path):
     code = f"OUT = {str(tmp_path / 'ds')!r}\n" + textwrap.dedent(SCRIPT)
     result = subprocess.run(
@@ -66,6 +67,7 @@ def test_recording_catch_and_loading_it_prints_no_log_lines(tmp_path):
     assert result.stderr == ""
 
 
+@pytest.mark.slow  # a subprocess that imports TensorFlow
 def test_the_readmes_first_command_prints_nothing_on_stderr(tmp_path):
     out = tmp_path / "catch_dataset"
     result = _cli("record", "--output", out, "--episodes", 100, "--mode", "overwrite")
@@ -177,6 +179,8 @@ def every_command(tmp_path_factory, catch):
     return json.loads(report.read_text())
 
 
+# Every command, in one subprocess (TensorFlow imported once): about 10 s.
+@pytest.mark.slow
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_every_command_prints_nothing_on_stderr(every_command, command):
     if command.startswith("export --to "):
@@ -187,6 +191,7 @@ def test_every_command_prints_nothing_on_stderr(every_command, command):
     assert stderr == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", list(CONVERTS))
 def test_convert_prints_nothing_on_stderr(every_command, source):
     skip_without_format("convert", source)

@@ -12,6 +12,7 @@ import pytest
 _BROKEN = ("d3rlpy===",)
 
 
+@pytest.mark.slow  # two pip runs
 @pytest.mark.parametrize(
     "ci, outcome", [("true", pytest.fail.Exception), ("", pytest.skip.Exception)]
 )

@@ -25,6 +25,9 @@ from rlds_writer import RecordRLDS  # noqa: E402
 
 _CHILD = Path(__file__).resolve().parents[1] / "rlds_library_child.py"
 
+# The rlds library runs in a subprocess with TensorFlow (about 8 s).
+pytestmark = pytest.mark.slow
+
 
 def _record_cartpole(path):
     """Records CartPole with RecordRLDS; returns each episode's observations and rewards."""
