@@ -201,12 +201,17 @@ def _kill_remote_runner(algo: Any, driver_node: str) -> dict[str, Any]:
     raise AssertionError("no EnvRunner on the second node")
 
 
-def _delete_a_shipped_shard(algo: Any, root: str, driver_node: str) -> dict[str, Any]:
-    """Deletes one shard a runner on the second node shipped; returns it and that runner."""
+def _sink_reports(algo: Any) -> dict[str, dict[str, Any]]:
+    """Every runner's latest report, read from the driver's sink (without finishing it)."""
     import ray
 
     recorder = algo.callbacks[0] if isinstance(algo.callbacks, list) else algo.callbacks
-    reports = ray.get(recorder._sink.__ray_call__.remote(lambda sink: dict(sink.reports)))
+    return ray.get(recorder._sink.__ray_call__.remote(lambda sink: dict(sink.reports)))
+
+
+def _delete_a_shipped_shard(algo: Any, root: str, driver_node: str) -> dict[str, Any]:
+    """Deletes one shard a runner on the second node shipped; returns it and that runner."""
+    reports = _sink_reports(algo)
     for report in reports.values():
         if report["node_id"] != driver_node and report["shipped"]:
             for directory, splits in report["counts"].items():
@@ -262,12 +267,8 @@ def _lose_the_second_node(
 
 def _reported_per_dataset(algo: Any) -> dict[str, int]:
     """Episodes the runners reported finished, per module (or "") and split."""
-    import ray
-
-    recorder = algo.callbacks[0] if isinstance(algo.callbacks, list) else algo.callbacks
-    reports = ray.get(recorder._sink.__ray_call__.remote(lambda sink: dict(sink.reports)))
     out: dict[str, int] = {}
-    for report in reports.values():
+    for report in _sink_reports(algo).values():
         for directory, splits in report["counts"].items():
             module = directory.rpartition("/")[0]
             for split, n in splits.items():
@@ -278,13 +279,9 @@ def _reported_per_dataset(algo: Any) -> dict[str, int]:
 
 def _episodes_reported_from(algo: Any, node_id: str) -> int:
     """Episodes the runners of one node reported to the driver's sink (so far)."""
-    import ray
-
-    recorder = algo.callbacks[0] if isinstance(algo.callbacks, list) else algo.callbacks
-    reports = ray.get(recorder._sink.__ray_call__.remote(lambda sink: dict(sink.reports)))
     return sum(
         n
-        for report in reports.values()
+        for report in _sink_reports(algo).values()
         if report["node_id"] == node_id
         for splits in report["counts"].values()
         for n in splits.values()

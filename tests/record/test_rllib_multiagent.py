@@ -358,21 +358,41 @@ def test_recording_does_not_change_what_is_played(ray_session, tmp_path):
     assert _seeded_returns(None)[0] == with_recorder
 
 
+def _episode_of_a_and_b() -> Any:
+    """RLlib's own `MultiAgentEpisode` for agents a and b, one module."""
+    from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
+
+    space = gym.spaces.Box(-1e3, 1e3, (1,), np.float32)
+    return MultiAgentEpisode(
+        observation_space={"a": space, "b": space},
+        action_space={"a": gym.spaces.Discrete(99), "b": gym.spaces.Discrete(99)},
+        agent_to_module_mapping_fn=lambda agent, ep: "p",
+    )
+
+
+def _cut_as_a_runner(episode: Any, chunks: list[Any]) -> Any:
+    """Cuts `episode` as an EnvRunner does at the end of `sample()`; copies the chunk returned.
+
+    Returns the successor chunk.
+    """
+    from rlds_writer.record.rllib_multiagent import extract_multi_agent
+
+    successor = episode.cut(len_lookback_buffer=1)  # RLlib's default lookback
+    for agent, sa in list(episode.agent_episodes.items()):
+        if not sa:  # the EnvRunner drops steps-less agent chunks before returning
+            del episode.agent_episodes[agent]
+    chunks.append(extract_multi_agent(episode, ()))
+    return successor
+
+
 def _turn_based_chunks(length: int, cuts: set[int]) -> tuple[list[Any], dict[str, Any]]:
     """Plays agents a, b in turn on RLlib's own `MultiAgentEpisode`, cut as an EnvRunner cuts.
 
     Returns the recorder's copies of the chunks, and what each agent saw and did.
     """
-    from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
-
     from rlds_writer.record.rllib_multiagent import extract_multi_agent
 
-    space = gym.spaces.Box(-1e3, 1e3, (1,), np.float32)
-    episode = MultiAgentEpisode(
-        observation_space={"a": space, "b": space},
-        action_space={"a": gym.spaces.Discrete(99), "b": gym.spaces.Discrete(99)},
-        agent_to_module_mapping_fn=lambda agent, ep: "p",
-    )
+    episode = _episode_of_a_and_b()
     played = {"a": {"obs": [0], "actions": []}, "b": {"obs": [], "actions": []}}
     episode.add_env_reset(observations={"a": np.float32([0])}, infos={"a": {}})
     chunks = []
@@ -391,12 +411,7 @@ def _turn_based_chunks(length: int, cuts: set[int]) -> tuple[list[Any], dict[str
             terminateds={"__all__": last},
         )
         if t in cuts and not last:
-            successor = episode.cut(len_lookback_buffer=1)  # RLlib's default lookback
-            for agent, sa in list(episode.agent_episodes.items()):
-                if not sa:  # the EnvRunner drops steps-less agent chunks before returning
-                    del episode.agent_episodes[agent]
-            chunks.append(extract_multi_agent(episode, ()))
-            episode = successor
+            episode = _cut_as_a_runner(episode, chunks)
     chunks.append(extract_multi_agent(episode, ()))
     return chunks, played
 
@@ -427,16 +442,9 @@ def _simultaneous_chunks(length: int, a_leaves: int, cut: int) -> list[Any]:
     Cut once at `cut` as an EnvRunner cuts; the last chunk is copied as
     `on_episode_end` sees it (before RLlib prunes its empty agent episodes).
     """
-    from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
-
     from rlds_writer.record.rllib_multiagent import extract_multi_agent
 
-    space = gym.spaces.Box(-1e3, 1e3, (1,), np.float32)
-    episode = MultiAgentEpisode(
-        observation_space={"a": space, "b": space},
-        action_space={"a": gym.spaces.Discrete(99), "b": gym.spaces.Discrete(99)},
-        agent_to_module_mapping_fn=lambda agent, ep: "p",
-    )
+    episode = _episode_of_a_and_b()
     episode.add_env_reset(
         observations={"a": np.float32([0]), "b": np.float32([0])}, infos={"a": {}, "b": {}}
     )
@@ -451,12 +459,7 @@ def _simultaneous_chunks(length: int, a_leaves: int, cut: int) -> list[Any]:
             terminateds={"a": t == a_leaves, "__all__": t == length},
         )
         if t == cut and t != length:
-            successor = episode.cut(len_lookback_buffer=1)
-            for agent, sa in list(episode.agent_episodes.items()):
-                if not sa:
-                    del episode.agent_episodes[agent]
-            chunks.append(extract_multi_agent(episode, ()))
-            episode = successor
+            episode = _cut_as_a_runner(episode, chunks)
     chunks.append(extract_multi_agent(episode, ()))
     return chunks
 
@@ -473,25 +476,30 @@ def test_an_agent_done_on_the_last_step_before_a_cut_is_recorded_whole():
             parts = agent_parts(_simultaneous_chunks(length, a_leaves, cut))
             joined = {agent: join(agent, p, ()) for agent, p in parts.items()}
             where = (a_leaves, cut)
-            assert [int(o[0]) for o in joined["a"]["observations"]] == list(range(a_leaves + 1))
-            assert [int(o[0]) for o in joined["b"]["observations"]] == list(range(length + 1))
+            a_obs = [int(o[0]) for o in joined["a"]["observations"]]
+            assert a_obs == list(range(a_leaves + 1)), where
+            b_obs = [int(o[0]) for o in joined["b"]["observations"]]
+            assert b_obs == list(range(length + 1)), where
             assert parts["a"][-1]["terminated"], where
-            assert [int(x) for x in joined["a"]["actions"]] == list(range(1, a_leaves + 1))
+            a_actions = [int(x) for x in joined["a"]["actions"]]
+            assert a_actions == list(range(1, a_leaves + 1)), where
 
 
 def test_an_agent_episode_whose_chunks_do_not_join_is_kept_as_unrecorded():
+    from rlds_writer.record.rllib_chunks import ChunkWriter
     from rlds_writer.record.rllib_multiagent import MultiAgentRecording
 
+    obs_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    act_space = gym.spaces.Discrete(3)
     recording = MultiAgentRecording({}, "00001", 1, "train", "/nonexistent")
-    parts = [{"span": (0, 3), "actions": [1]}, {"span": (0, 0), "actions": [2]}]
-    chunk = {"module_id": "p0", "agent_episode_id": "e1", "terminated": True, "truncated": False}
-    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-    chunk.update(observation_space=space, action_space=gym.spaces.Discrete(3))
-    from rlds_writer.record.rllib_chunks import ChunkWriter
-
+    # Its writer exists already: nothing is written (the recorder is never reached).
     recording.writers["p0"] = ChunkWriter(
-        None, space, gym.spaces.Discrete(3), {"model_outputs": ()}, "train"
+        None, obs_space, act_space, {"model_outputs": ()}, "train"
     )
-    written = recording.write("env1", [{"a": {**chunk, **parts[0]}}, {"a": {**chunk, **parts[1]}}])
+    agent = {"module_id": "p0", "agent_episode_id": "e1", "terminated": True, "truncated": False}
+    agent.update(observation_space=obs_space, action_space=act_space)
+    # The second part acted but starts at t=0 again: the parts do not join.
+    spans = [{"span": (0, 3), "actions": [1]}, {"span": (0, 0), "actions": [2]}]
+    written = recording.write("env1", [{"a": {**agent, **span}} for span in spans])
     assert written == 0
     assert recording.unrecorded == ["e1"]
