@@ -60,8 +60,9 @@ def build_dataset_info(
         **(ds_config.step_metadata_info or {}),
     }
     for field in ("observation", "action", "reward", "discount"):
-        if getattr(ds_config, f"{field}_info"):
-            steps[field] = getattr(ds_config, f"{field}_info")
+        info = getattr(ds_config, f"{field}_info")
+        if info:
+            steps[field] = info
     features = {"steps": tfds.features.Dataset(steps), **(ds_config.episode_metadata_info or {})}
     return tfds.core.DatasetInfo(
         builder=identity,
