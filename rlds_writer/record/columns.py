@@ -338,11 +338,12 @@ class LargeArrayColumn(_ChecksItself):
         # Shared memory only once encoding processes run: until then (and for
         # a recording that never starts them) ordinary memory faults in ~10x cheaper.
         shared = self.SHARED and shared_frames.wanted()
-        # Image chunks feed encoding processes, which gain from episodes queued
-        # ahead; others wait for the writer to hand chunks back rather than
+        # Chunks in shared memory feed encoding processes, which gain from
+        # episodes queued ahead; others (frames the writer encodes on its own
+        # threads too) wait for the writer to hand chunks back rather than
         # fault in new memory for every queued episode.
         chunk = self._pool.take(
-            self.field.key, self.rows, self.shape, self.dtype, shared, wait=not self.SHARED
+            self.field.key, self.rows, self.shape, self.dtype, shared, wait=not shared
         )
         if shared:
             # Keep one warm chunk ahead, made off the env thread (shared memory

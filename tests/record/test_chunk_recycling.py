@@ -76,11 +76,13 @@ def _address(chunk: np.ndarray) -> int:
     return chunk.__array_interface__["data"][0]
 
 
-def test_an_env_outrunning_its_writer_reuses_two_episodes_of_chunks(tmp_path):
+@pytest.mark.parametrize("encoding", ["bytes", "png"])
+def test_an_env_outrunning_its_writer_reuses_two_episodes_of_chunks(tmp_path, encoding):
     # 10 steps: 11 rows, 3 chunks an episode. The writer is held (its I/O lock)
     # until two finished episodes wait: the env then waits for their chunks
-    # instead of making new ones for every queued episode.
-    env = RecordRLDS(_FramesEnv(10, fill=0), tmp_path / "ds", image_encoding="bytes")
+    # instead of making new ones for every queued episode. Frames to encode
+    # too, while no encoding process runs (64x64 PNG frames never start them).
+    env = RecordRLDS(_FramesEnv(10, fill=0), tmp_path / "ds", image_encoding=encoding)
     seen: list[np.ndarray] = []  # held, not just their ids: a freed array's id can be reused
     writer = env.recorder.writer
     io_lock = writer._io_lock
