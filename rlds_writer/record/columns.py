@@ -20,7 +20,7 @@ import numpy as np
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.values import INT64_MAX, INT64_MIN, cast_value
-from rlds_writer.store import field_specs, shared_frames
+from rlds_writer.store import field_specs, frame_stream, shared_frames
 from rlds_writer.store.episode_data import BufferPool, ChunkedRows, PackedColumn, RowBytes
 
 
@@ -450,9 +450,60 @@ class _ImageColumn(LargeArrayColumn):
         self.others = {}
 
 
+class _StreamedImageColumn(_ChecksItself):
+    """An image field whose frames are encoded while the episode runs (`store.frame_stream`).
+
+    Each frame is copied into the stream's ring at the step and encoded on a
+    background thread; the column keeps, per step, where its bytes will be.
+    """
+
+    __slots__ = ("field", "shape", "dtype", "stream", "entries", "append")
+
+    def __init__(self, field: field_specs.FieldSpec, stream: frame_stream.FrameStream):
+        self.field = field
+        self.shape = field.shape
+        self.dtype = field.dtype
+        self.stream = stream
+        self.entries: list[Any] = []
+        self.append = self._append
+
+    @property
+    def n(self) -> int:
+        return len(self.entries)
+
+    def _append(self, value: Any) -> None:
+        if not (
+            type(value) is np.ndarray and value.dtype is self.dtype and value.shape == self.shape
+        ):
+            value = cast_value(self.field, value)
+            if not isinstance(value, np.ndarray):
+                self.entries.append(frame_stream.other(value))
+                return
+        self.entries.append(self.stream.put(value))
+
+    def truncate(self, n: int) -> None:
+        dropped = self.entries[n:]
+        if not dropped:
+            return
+        del self.entries[n:]
+        framed = sum(1 for e in dropped if type(e) is tuple)
+        self.stream.drop_last(framed)
+
+    def values(self) -> frame_stream.EncodedFrames:
+        self.stream.submit()  # the episode's last frames
+        return frame_stream.EncodedFrames(self.field.key, self.entries, self.stream.row_nbytes)
+
+    def reset(self) -> None:
+        self.entries = []
+
+
 def make_column(
-    field: field_specs.FieldSpec, pool: BufferPool
-) -> _ArrayColumn | LargeArrayColumn | _ScalarColumn | _ListColumn:
+    field: field_specs.FieldSpec,
+    pool: BufferPool,
+    stream: frame_stream.FrameStream | None = None,
+) -> _ArrayColumn | LargeArrayColumn | _ScalarColumn | _ListColumn | _StreamedImageColumn:
+    if stream is not None:
+        return _StreamedImageColumn(field, stream)
     if field.kind in (field_specs.PNG, field_specs.JPEG) and None not in field.shape:
         return _ImageColumn(field, pool)
     if field.kind in (field_specs.FLOAT, field_specs.INT) and field.shape == ():

@@ -27,6 +27,7 @@ from rlds_writer.record.values import cast_value
 from rlds_writer.store import field_specs
 from rlds_writer.store.end_reasons import END_REASON
 from rlds_writer.store.episode_data import BufferPool, Episode, PackedColumn
+from rlds_writer.store.frame_stream import FrameStream
 
 _log = logging.getLogger(__name__)
 
@@ -86,6 +87,9 @@ class StepFields:
         once; that many large-row buffers are kept for reuse.
       empty_dicts: paths of empty `FeaturesDict`s (`field_specs.empty_dict_paths`),
         whose value is `{}`.
+      streamed: image field key -> (codec, threads) for the fields whose frames
+        are encoded while the episode runs (`EpisodeEncoder.streamed`); each
+        buffer gets its own `FrameStream` for them.
     """
 
     def __init__(
@@ -93,8 +97,10 @@ class StepFields:
         fields: list[field_specs.FieldSpec],
         buffers_in_flight: int = 6,
         empty_dicts: Sequence[tuple[str, ...]] = (),
+        streamed: Mapping[str, tuple[Callable[[np.ndarray], bytes], int]] | None = None,
     ):
         self.fields = fields
+        self.streamed = dict(streamed or {})
         step_fields = [f for f in fields if f.in_steps]
         in_steps = [p for p in empty_dicts if p[0] == field_specs.STEPS]
         groups = _tree(step_fields, 1, in_steps)
@@ -152,7 +158,11 @@ class EpisodeBuffer:
         self._transition_columns: list[Any] = []
 
         def leaf(field: field_specs.FieldSpec) -> Callable[[Any], None]:
-            column = make_column(field, layout.pool)
+            stream = None
+            if field.key in layout.streamed:
+                codec, threads = layout.streamed[field.key]
+                stream = FrameStream(field.key, field.shape, field.dtype, codec, threads)
+            column = make_column(field, layout.pool, stream)
             self.columns[field.key] = column
             return column.append
 

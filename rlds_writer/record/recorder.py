@@ -387,6 +387,7 @@ class Recorder:
             self.writer.encoder.fields,
             buffers_in_flight=self.writer.queue_size + 2,
             empty_dicts=self.writer.encoder.empty_dicts,
+            streamed=self.writer.encoder.streamed,
         )
         steps_feature = self.writer.features[field_specs.STEPS].feature
         self._zeros = {

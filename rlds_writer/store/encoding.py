@@ -39,6 +39,7 @@ from rlds_writer.store.field_specs import (
     jpeg_quality_of,
     shape_fits,
 )
+from rlds_writer.store.frame_stream import EncodedFrames
 from rlds_writer.store.image_codecs import encode_jpeg, encode_png, yield_cpu_to_caller
 from rlds_writer.store.wire import varint as _varint
 
@@ -132,6 +133,18 @@ class EpisodeEncoder:
         self._frame_seconds = 0.0
         self._image_cpu = 0.0  # CPU seconds of the episode being encoded, its frames
         self._behind_seconds = 0.0
+        # JPEG frames large enough for the threads are encoded while their
+        # episode runs (`store.frame_stream`): never raw in memory for a whole
+        # episode, and cheap enough (~0.25 ms for 256x256) that processes never pay.
+        self.streamed: dict[str, tuple[Callable[[np.ndarray], bytes], int]] = {}
+        if image_workers:
+            for f in self.step_fields:
+                if (
+                    f.kind == JPEG
+                    and None not in f.shape
+                    and int(np.prod(f.shape)) * f.dtype.itemsize >= THREADS_MIN_FRAME_BYTES
+                ):
+                    self.streamed[f.key] = (_jpeg_codec(jpeg_quality_of(f.feature)), image_workers)
         if image_workers and any(
             f.in_steps and f.kind in (FALLBACK, PNG, JPEG) for f in self.fields
         ):
@@ -231,7 +244,11 @@ class EpisodeEncoder:
 
     def _frames_in(self, columns: Mapping[str, Any]) -> int:
         """How many PNG/JPEG frames an episode's columns hold."""
-        return sum(len(columns[f.key]) for f in self.step_fields if f.kind in (PNG, JPEG))
+        return sum(
+            len(columns[f.key])
+            for f in self.step_fields
+            if f.kind in (PNG, JPEG) and f.key not in self.streamed
+        )
 
     def _start_workers_if_behind(
         self, upcoming: Callable[[], Mapping[str, Any] | None] | None
@@ -296,7 +313,10 @@ class EpisodeEncoder:
             entry = self._encode_fallback(field, values)
             entries.append(entry)
             return len(entry)
-        if images and field.key in images:
+        if isinstance(values, EncodedFrames):
+            encoded = values.result(field.feature.encode_example)
+            feature_parts, feature_len = bytes_list_parts(encoded)
+        elif images and field.key in images:
             feature_parts, feature_len = bytes_list_of_entries(images[field.key])
         else:
             feature_parts, feature_len = self._encode_image_field(field, values)
@@ -461,6 +481,13 @@ class EpisodeEncoder:
             serializer = example_serializer.ExampleSerializer(_nest(field.path, info))
             self._fallback_serializers[field.key] = serializer
         return example_entries(serializer.serialize_example(_nest(field.path, encoded)))
+
+
+def _jpeg_codec(quality: int) -> Callable[[np.ndarray], bytes]:
+    def encode(image: np.ndarray) -> bytes:
+        return encode_jpeg(image, quality)
+
+    return encode
 
 
 def _nest(path: tuple[str, ...], value: Any) -> Any:

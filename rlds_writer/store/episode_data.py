@@ -324,7 +324,7 @@ def _estimate_nbytes(columns: Mapping[str, Any]) -> int:
     for values in columns.values():
         if type(values) is PackedColumn:
             total += len(values.payload)
-        elif isinstance(values, np.ndarray):
+        elif hasattr(values, "nbytes"):  # arrays, and frames encoded as they came
             total += values.nbytes
         elif isinstance(values, RowBytes):
             total += len(values.rows) * (len(values.rows[0]) if values.rows else 0)

@@ -139,16 +139,16 @@ def test_an_episode_finished_while_the_last_one_was_encoded_counts_as_behind(tmp
     assert len(load_episodes(tmp_path / "ds")) == 2
 
 
-@pytest.mark.parametrize("image_encoding", ["jpeg", "png"])
 def test_frames_encoded_in_process_use_the_encoding_threads_and_keep_the_bytes(
-    tmp_path, monkeypatch, image_encoding
+    tmp_path, monkeypatch
 ):
-    # Before any process runs, an episode's frames are shared by the encoding
-    # threads (the codecs release the GIL), not left to the writer thread alone;
-    # no process starts, and the bytes are those of the single-threaded encoder.
+    # Before any process runs, an episode's PNG frames are shared by the encoding
+    # threads (zlib releases the GIL), not left to the writer thread alone; no
+    # process starts, and the bytes are those of the single-threaded encoder.
+    # (JPEG frames this large are encoded while the episode runs: test_frame_stream.)
+    image_encoding = "png"
     threads: set[str] = set()
-    encoders = {"jpeg": encoding.encode_jpeg, "png": encoding.encode_png}
-    real = encoders[image_encoding]
+    real = encoding.encode_png
 
     def encode_and_note_the_thread(image, *args):
         threads.add(threading.current_thread().name)
@@ -173,20 +173,22 @@ def test_frames_encoded_in_process_use_the_encoding_threads_and_keep_the_bytes(
 
 @pytest.mark.parametrize("few", ["frames", "bytes per frame"])
 def test_few_or_small_frames_are_encoded_on_the_writer_thread(tmp_path, monkeypatch, few):
+    # Few PNG frames per episode, or JPEG frames too small to stream.
     threads: set[str] = set()
-    real = encoding.encode_jpeg
+    image_encoding = "png" if few == "frames" else "jpeg"
+    real = getattr(encoding, f"encode_{image_encoding}")
 
     def encode_and_note_the_thread(image, *args):
         threads.add(threading.current_thread().name)
         return real(image, *args)
 
-    monkeypatch.setattr(encoding, "encode_jpeg", encode_and_note_the_thread)
+    monkeypatch.setattr(encoding, f"encode_{image_encoding}", encode_and_note_the_thread)
     if few == "frames":
         monkeypatch.setattr(encoding, "THREADS_MIN_FRAME_BYTES", 0)
         steps = encoding.THREADS_MIN_FRAMES - 2  # steps + 1 frames per field
     else:  # 48x48x3 frames, smaller than the threads' minimum
         steps = 30
-    env = RecordRLDS(_Cameras(steps=steps), str(tmp_path / "ds"), image_encoding="jpeg")
+    env = RecordRLDS(_Cameras(steps=steps), str(tmp_path / "ds"), image_encoding=image_encoding)
     _run_episodes(env, 2, seed=0)
     env.close()
     assert threads and not any(name.startswith("rlds_writer_encode") for name in threads)
