@@ -19,7 +19,12 @@ a fresh process (imports are not timed), peers and repetitions interleaved:
   (`--lerobot-python`, or built on first use in `.cache/bench-venvs/`: it pins
   its own torch and datasets);
 * **plain**: one `write()` per step of the frame's bytes to one open file, the
-  physical limit for raw frames.
+  physical limit for raw frames;
+* **plain-episode**: each frame copied into one reused episode buffer and the
+  episode written in one `write()`: what any format of whole-episode records
+  (a TFRecord record, with its length and CRC ahead of the data) must do at
+  least. Next to **plain** it shows what writing a whole episode at once
+  costs on the machine's page cache (see REPORT.md, "Where the time goes").
 
 Each peer runs only the workloads it stores like for like (raw with raw, PNG
 with PNG, JPEG with JPEG or lossy video):
@@ -82,6 +87,7 @@ PEERS = {
     # LeRobot stores no raw frames: images are PNG files or video.
     "lerobot": ("catch", "png84", "jpeg84", "cams256"),
     "plain": ("raw84",),
+    "plain-episode": ("raw84",),
 }
 # envlogger 1.3's wheel needs glibc 2.38; 1.2 (the version users compared against) needs numpy 1.
 ENVLOGGER_REQUIREMENTS = ["envlogger==1.2", "dm-env", "numpy<2", "absl-py", "psutil"]
@@ -466,6 +472,25 @@ def _run_plain(workload: str, steps: int, episodes: int, out: str) -> float:
     return time.perf_counter() - start
 
 
+def _run_plain_episode(workload: str, steps: int, episodes: int, out: str) -> float:
+    rollout = Rollout(workload, steps)
+    frame = rollout.obs[0].nbytes
+    episode = bytearray(frame * (steps + 1))  # reused: only its first episode faults it in
+    view = memoryview(episode)
+    os.makedirs(out)
+    start = time.perf_counter()
+    with open(os.path.join(out, "frames.bin"), "wb", buffering=0) as f:
+        for _ in range(episodes):
+            view[:frame] = memoryview(rollout.reset()).cast("B")
+            at, done = frame, False
+            while not done:
+                obs, _, done = rollout.step()
+                view[at : at + frame] = memoryview(obs).cast("B")
+                at += frame
+            f.write(view[:at])
+    return time.perf_counter() - start
+
+
 RUNNERS = {
     "ours": _run_ours,
     "tfds": _run_tfds,
@@ -474,6 +499,7 @@ RUNNERS = {
     "envlogger": _run_envlogger,
     "lerobot": _run_lerobot,
     "plain": _run_plain,
+    "plain-episode": _run_plain_episode,
 }
 _IMPORTS = {
     "ours": (
@@ -489,6 +515,7 @@ _IMPORTS = {
     "envlogger": ("envlogger",),
     "lerobot": ("lerobot.datasets.lerobot_dataset", "gymnasium"),
     "plain": (),
+    "plain-episode": (),
 }
 
 
