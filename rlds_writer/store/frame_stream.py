@@ -9,12 +9,11 @@ threads in small batches as they fill, and gives the finished episode its
 frames already encoded (`EncodedFrames`). The env thread waits only when the
 ring is full, that is when the encoders are a whole ring behind.
 
-The threads are the process's own (`_threads`), made at the first batch and
-again in a forked child; the codecs release the GIL for their pixel work.
-One thread encodes two 256x256 JPEG cameras at about 2,000 steps/s, and a
-second costs about an eighth more CPU per frame (the threads then trade the
-GIL for Pillow's set-up of each frame), so a second one starts only once the
-env thread has waited for the encoders for `GROW_AFTER_WAIT_SECONDS` in all.
+The threads are the process's own (`_threads`), as many as the recording's
+`image_workers`, made at the first batch and again in a forked child; the
+codecs release the GIL for their pixel work. (One thread costs a little less
+CPU per frame, but two record a camera episode in about two thirds of the
+time: REPORT.md, "Where the time goes".)
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from __future__ import annotations
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,9 +35,6 @@ BATCH_FRAMES = 4
 # The ring holds this many batches: while one fills, the others encode (each
 # ring slot of a 256x256 camera is 196 KB of memory to fault in per recording).
 RING_BATCHES = 3
-# Seconds the env threads of the process may wait for a full ring, in all,
-# before more encoding threads start (up to the recording's `image_workers`).
-GROW_AFTER_WAIT_SECONDS = 1.0
 
 
 class _Batch:
@@ -143,8 +138,8 @@ class FrameStream:
         """Copies a checked frame into the ring; returns its (batch, index) entry."""
         slot = self._pos
         owner = self._owner[slot]
-        if owner is not None and owner is not self._filling and not owner.done.is_set():
-            _wait_for(owner, self.threads)  # the encoders are a whole ring behind
+        if owner is not None and owner is not self._filling:
+            owner.done.wait()  # the encoders are a whole ring behind
         size = self.row_nbytes
         if frame.flags.c_contiguous:
             # A memoryview copy keeps the GIL: numpy's would release it, and the
@@ -207,34 +202,14 @@ def _work(jobs: queue.SimpleQueue) -> None:
 
 
 _lock = threading.Lock()
-# The process's encoding threads: their queue, how many, for which process;
-# the seconds env threads waited for them, and whether more may start.
-_state: dict[str, Any] = {"pid": None, "jobs": None, "count": 0, "waited": 0.0, "grown": False}
+_state: dict[str, Any] = {"pid": None, "jobs": None, "count": 0}
 
 
-def _wait_for(batch: _Batch, threads: int) -> None:
-    """Waits until `batch` is encoded; counts the wait toward starting more threads."""
-    started = time.perf_counter()
-    batch.done.wait()
-    waited = time.perf_counter() - started
-    with _lock:
-        _state["waited"] += waited
-        grow = not _state["grown"] and _state["waited"] >= GROW_AFTER_WAIT_SECONDS
-        if grow:
-            _state["grown"] = True
-    if grow:
-        _threads(threads)
-
-
-def _threads(wanted: int) -> queue.SimpleQueue:
-    """The process's queue of encoding jobs and its daemon threads: one, and up
-    to `wanted` once the env threads have waited long enough for them."""
+def _threads(n: int) -> queue.SimpleQueue:
+    """The process's queue of encoding jobs, with at least `n` daemon threads on it."""
     with _lock:
         if _state["pid"] != os.getpid():  # first use, or a forked child: no threads yet
-            _state.update(
-                pid=os.getpid(), jobs=queue.SimpleQueue(), count=0, waited=0.0, grown=False
-            )
-        n = wanted if _state["grown"] else 1
+            _state.update(pid=os.getpid(), jobs=queue.SimpleQueue(), count=0)
         jobs = _state["jobs"]
         while _state["count"] < n:
             thread = threading.Thread(

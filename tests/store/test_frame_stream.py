@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from test_image_processes import _shard_bytes
 
 import rlds_writer
 from rlds_writer import RecordRLDS
@@ -83,12 +84,6 @@ def _record(env, episodes: int, refused: list | None = None) -> None:
                 refused.append(e)
                 continue
             done = terminated or truncated
-
-
-def _shard_bytes(path) -> bytes:
-    return b"".join(
-        (path / name).read_bytes() for name in sorted(os.listdir(path)) if ".tfrecord-" in name
-    )
 
 
 def _reference(tmp_path, env: gym.Env, episodes: int, name: str = "alone") -> bytes:
@@ -182,39 +177,6 @@ def test_a_frame_that_cannot_be_encoded_fails_the_write_naming_the_field(tmp_pat
         env.flush()
     with pytest.raises(WriterFailedError, match=expected):
         env.close()
-
-
-def _fresh_threads(monkeypatch) -> dict:
-    """This test's own encoding threads (those of earlier tests idle on their queue)."""
-    state = {"pid": None, "jobs": None, "count": 0, "waited": 0.0, "grown": False}
-    monkeypatch.setattr(frame_stream, "_state", state)
-    return state
-
-
-@pytest.mark.parametrize("waits_enough", [False, True])
-def test_a_second_encoding_thread_starts_only_once_the_env_has_waited_long_enough(
-    tmp_path, monkeypatch, waits_enough
-):
-    # One thread is the cheapest in CPU; an env that keeps waiting for a full
-    # ring gets a second (image_workers=2), one that does not never does.
-    state = _fresh_threads(monkeypatch)
-    monkeypatch.setattr(frame_stream, "GROW_AFTER_WAIT_SECONDS", 0.05 if waits_enough else 60)
-    real = encoding.encode_jpeg
-    threads = set()
-
-    def slow_encode(image, *args):  # an encoder far slower than the env
-        threads.add(threading.get_ident())
-        time.sleep(0.004)
-        return real(image, *args)
-
-    monkeypatch.setattr(encoding, "encode_jpeg", slow_encode)
-    env = RecordRLDS(_Camera(steps=60), str(tmp_path / "ds"), image_encoding="jpeg")
-    _record(env, 2)
-    env.close()
-    assert state["waited"] > 0.05  # the ring filled: the env waited
-    assert state["grown"] is waits_enough
-    assert state["count"] == len(threads) == (2 if waits_enough else 1)
-    assert _shard_bytes(tmp_path / "ds") == _reference(tmp_path, _Camera(steps=60), 2)
 
 
 def test_a_forked_child_streams_on_threads_of_its_own(tmp_path):
