@@ -18,7 +18,7 @@ from helpers_core import load_episodes
 from test_image_processes import _Cameras, _run_episodes, _shard_bytes, _worker_pids
 
 from rlds_writer import RecordRLDS
-from rlds_writer.store import encoding, image_processes
+from rlds_writer.store import encoding, episode_data, image_processes
 
 pytestmark = pytest.mark.skipif(
     not image_processes.supported(), reason="image processes need Linux (memfd)"
@@ -26,8 +26,12 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(autouse=True)
-def _no_idle_pool():
+def _no_idle_pool(monkeypatch):
     image_processes.shutdown()
+    # These tests hold the writer so that episodes queue behind it; an env
+    # that outruns it then waits for chunks (at most `_WAIT_MAX`, 5 s a chunk:
+    # the bound itself is tested in test_chunk_recycling). Not here.
+    monkeypatch.setattr(episode_data, "_WAIT_MAX", 0.05)
     yield
     image_processes.shutdown()
 
