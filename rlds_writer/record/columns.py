@@ -21,7 +21,13 @@ import numpy as np
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.values import INT64_MAX, INT64_MIN, cast_value
 from rlds_writer.store import field_specs, frame_stream, shared_frames
-from rlds_writer.store.episode_data import BufferPool, ChunkedRows, PackedColumn, RowBytes
+from rlds_writer.store.episode_data import (
+    BufferPool,
+    ChunkedRows,
+    PackedColumn,
+    RowBytes,
+    put_row,
+)
 
 
 def _fast_scalar_types(dtype: np.dtype) -> frozenset:
@@ -367,13 +373,7 @@ class LargeArrayColumn(_ChecksItself):
             if len(self.chunks) > 1:
                 self._pool.expect(self.field.key, len(self.chunks))
             pos = 0
-        if value.flags.c_contiguous:
-            # A memoryview copy keeps the GIL: numpy's copy would release it and
-            # the env thread would then queue behind the encoder threads for it.
-            size = self._row_bytes
-            self._flat[pos * size : (pos + 1) * size] = memoryview(value).cast("B")
-        else:
-            self.cur[pos] = value
+        put_row(self.cur, self._flat, pos, self._row_bytes, value)
         self.pos = pos + 1
         self.n += 1
 

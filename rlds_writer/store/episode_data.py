@@ -148,6 +148,18 @@ _IN_FLIGHT = 2
 _WAIT_MAX = 5.0
 
 
+def put_row(rows: np.ndarray, flat: memoryview, i: int, row_nbytes: int, value: np.ndarray) -> None:
+    """Copies a checked `value` into row `i` of `rows` (`flat`: `rows` as bytes).
+
+    A memoryview copy keeps the GIL: numpy's would release it for a large row,
+    and the env thread would then queue behind the encoding threads for it.
+    """
+    if value.flags.c_contiguous:
+        flat[i * row_nbytes : (i + 1) * row_nbytes] = memoryview(value).cast("B")
+    else:
+        rows[i] = value
+
+
 class BufferPool:
     """Recycles the buffers of large-row columns between episodes.
 

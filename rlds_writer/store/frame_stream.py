@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer import errors
+from rlds_writer.store.episode_data import put_row
 from rlds_writer.store.image_codecs import yield_cpu_to_caller
 
 # Frames per batch handed to a thread: each hand-over wakes a thread, a cost
@@ -140,13 +141,7 @@ class FrameStream:
         owner = self._owner[slot]
         if owner is not None and owner is not self._filling:
             owner.done.wait()  # the encoders are a whole ring behind
-        size = self.row_nbytes
-        if frame.flags.c_contiguous:
-            # A memoryview copy keeps the GIL: numpy's would release it, and the
-            # env thread would then queue behind the encoding threads for it.
-            self._flat[slot * size : (slot + 1) * size] = memoryview(frame).cast("B")
-        else:
-            self._ring[slot] = frame
+        put_row(self._ring, self._flat, slot, self.row_nbytes, frame)
         self._owner[slot] = batch = self._filling
         batch.slots.append(slot)
         self._pos = (slot + 1) % len(self._owner)
