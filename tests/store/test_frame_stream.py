@@ -179,6 +179,19 @@ def test_a_frame_that_cannot_be_encoded_fails_the_write_naming_the_field(tmp_pat
         env.close()
 
 
+def test_frames_are_encoded_in_place_when_no_thread_can_start(tmp_path, monkeypatch):
+    # At interpreter exit (Python 3.12+) no new thread may start: an episode
+    # closed then is encoded on the calling thread, and nothing is lost.
+    def no_new_threads(wanted):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(frame_stream, "_threads", no_new_threads)
+    env = RecordRLDS(_Camera(steps=9), str(tmp_path / "ds"), image_encoding="jpeg")
+    _record(env, 2)
+    env.close()
+    assert _shard_bytes(tmp_path / "ds") == _reference(tmp_path, _Camera(steps=9), 2)
+
+
 def test_a_forked_child_streams_on_threads_of_its_own(tmp_path):
     if not hasattr(os, "fork"):
         pytest.skip("needs fork")
