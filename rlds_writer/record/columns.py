@@ -323,7 +323,7 @@ class LargeArrayColumn(_ChecksItself):
         self.shape = field.shape
         self.dtype = field.dtype
         self._pool = pool
-        row_bytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        row_bytes = field.row_nbytes
         self._row_bytes = row_bytes
         self.rows = max(1, _CHUNK_BYTES // max(row_bytes, 1))
         self._empty()
@@ -509,8 +509,7 @@ def make_column(
     if field.kind in (field_specs.FLOAT, field_specs.INT) and field.shape == ():
         return _ScalarColumn(field)
     if field.kind in (field_specs.FLOAT, field_specs.INT, field_specs.BYTES, field_specs.ZLIB):
-        row_bytes = int(np.prod(field.shape, dtype=np.int64)) * field.dtype.itemsize
-        if row_bytes >= _LARGE_ROW:
+        if field.row_nbytes >= _LARGE_ROW:
             return LargeArrayColumn(field, pool)
         return _ArrayColumn(field)
     return _ListColumn(field)

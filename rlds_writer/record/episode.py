@@ -161,7 +161,7 @@ class EpisodeBuffer:
             stream = None
             if field.key in layout.streamed:
                 codec, threads = layout.streamed[field.key]
-                stream = FrameStream(field.key, field.shape, field.dtype, codec, threads)
+                stream = FrameStream(field.shape, field.dtype, codec, threads)
             column = make_column(field, layout.pool, stream)
             self.columns[field.key] = column
             return column.append

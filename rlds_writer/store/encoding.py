@@ -142,7 +142,7 @@ class EpisodeEncoder:
                 if (
                     f.kind == JPEG
                     and None not in f.shape
-                    and int(np.prod(f.shape)) * f.dtype.itemsize >= THREADS_MIN_FRAME_BYTES
+                    and f.row_nbytes >= THREADS_MIN_FRAME_BYTES
                 ):
                     self.streamed[f.key] = (_jpeg_codec(jpeg_quality_of(f.feature)), image_workers)
         if image_workers and any(

@@ -72,6 +72,11 @@ class FieldSpec:
         dims = ",".join("?" if d is None else str(d) for d in self.shape)
         return f"{np.dtype(dtype).name}[{dims}]"
 
+    @property
+    def row_nbytes(self) -> int:
+        """Bytes of one value of a field of fixed shape and dtype (an image's frame)."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
     def zero(self) -> Any:
         """Returns the zero value of the field: used for the final step's action."""
         return zero_value(self.feature)

@@ -109,7 +109,6 @@ class FrameStream:
     """The ring of one image field and its hand-over to the encoding threads.
 
     Args:
-      key: the field's key.
       shape: a frame's shape.
       dtype: a frame's dtype.
       codec: encodes one frame (an array of `shape`) to bytes.
@@ -118,18 +117,16 @@ class FrameStream:
 
     def __init__(
         self,
-        key: str,
         shape: tuple[int, ...],
         dtype: np.dtype,
         codec: Callable[[np.ndarray], bytes],
         threads: int,
     ):
-        self.key = key
         self.codec = codec
         self.threads = max(1, threads)
-        self.row_nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         size = BATCH_FRAMES * RING_BATCHES
         self._ring = np.empty((size, *shape), dtype)
+        self.row_nbytes = self._ring[0].nbytes
         self._flat = memoryview(self._ring).cast("B")
         self._owner: list[_Batch | None] = [None] * size  # the batch using each slot
         self._pos = 0
@@ -160,19 +157,14 @@ class FrameStream:
         except RuntimeError:  # no new thread at interpreter exit: encode here
             _encode(self.codec, batch)
 
-    def drop_last(self, k: int) -> int:
-        """Forgets the last `k` frames put if they are still in the batch being filled.
-
-        Returns how many it forgot (frames already handed over are encoded
-        anyway; their entries are simply dropped by the caller).
-        """
+    def drop_last(self, k: int) -> None:
+        """Forgets the last `k` frames put, those still in the batch being filled
+        (frames already handed over are encoded anyway; the caller drops their entries)."""
         batch = self._filling
-        n = min(k, len(batch.slots))
-        for _ in range(n):
+        for _ in range(min(k, len(batch.slots))):
             slot = batch.slots.pop()
             self._owner[slot] = None
             self._pos = slot
-        return n
 
 
 def other(value: Any) -> _Other:
