@@ -27,7 +27,7 @@ from rlds_writer.record.values import cast_value
 from rlds_writer.store import field_specs
 from rlds_writer.store.end_reasons import END_REASON
 from rlds_writer.store.episode_data import BufferPool, Episode, PackedColumn
-from rlds_writer.store.frame_stream import FrameStream
+from rlds_writer.store.frame_stream import FrameCodec, FrameStream
 
 _log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class StepFields:
         fields: list[field_specs.FieldSpec],
         buffers_in_flight: int = 6,
         empty_dicts: Sequence[tuple[str, ...]] = (),
-        streamed: Mapping[str, tuple[Callable[[np.ndarray], bytes], int]] | None = None,
+        streamed: Mapping[str, tuple[FrameCodec, int]] | None = None,
     ):
         self.fields = fields
         self.streamed = dict(streamed or {})
@@ -161,7 +161,7 @@ class EpisodeBuffer:
             stream = None
             if field.key in layout.streamed:
                 codec, threads = layout.streamed[field.key]
-                stream = FrameStream(field.shape, field.dtype, codec, threads)
+                stream = FrameStream(codec, field.row_nbytes, threads)
             column = make_column(field, layout.pool, stream)
             self.columns[field.key] = column
             return column.append

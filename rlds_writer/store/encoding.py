@@ -40,7 +40,12 @@ from rlds_writer.store.field_specs import (
     shape_fits,
 )
 from rlds_writer.store.frame_stream import EncodedFrames
-from rlds_writer.store.image_codecs import encode_jpeg, encode_png, yield_cpu_to_caller
+from rlds_writer.store.image_codecs import (
+    JpegFrames,
+    encode_jpeg,
+    encode_png,
+    yield_cpu_to_caller,
+)
 from rlds_writer.store.wire import varint as _varint
 
 _log = logging.getLogger(__name__)
@@ -136,7 +141,7 @@ class EpisodeEncoder:
         # JPEG frames large enough for the threads are encoded while their
         # episode runs (`store.frame_stream`): never raw in memory for a whole
         # episode, and cheap enough (~0.25 ms for 256x256) that processes never pay.
-        self.streamed: dict[str, tuple[Callable[[np.ndarray], bytes], int]] = {}
+        self.streamed: dict[str, tuple[JpegFrames, int]] = {}
         if image_workers:
             for f in self.step_fields:
                 if (
@@ -144,7 +149,10 @@ class EpisodeEncoder:
                     and None not in f.shape
                     and f.row_nbytes >= THREADS_MIN_FRAME_BYTES
                 ):
-                    self.streamed[f.key] = (_jpeg_codec(jpeg_quality_of(f.feature)), image_workers)
+                    self.streamed[f.key] = (
+                        JpegFrames(f.shape, jpeg_quality_of(f.feature)),
+                        image_workers,
+                    )
         if image_workers and any(
             f.in_steps and f.kind in (FALLBACK, PNG, JPEG) for f in self.fields
         ):
@@ -481,13 +489,6 @@ class EpisodeEncoder:
             serializer = example_serializer.ExampleSerializer(_nest(field.path, info))
             self._fallback_serializers[field.key] = serializer
         return example_entries(serializer.serialize_example(_nest(field.path, encoded)))
-
-
-def _jpeg_codec(quality: int) -> Callable[[np.ndarray], bytes]:
-    def encode(image: np.ndarray) -> bytes:
-        return encode_jpeg(image, quality)
-
-    return encode
 
 
 def _nest(path: tuple[str, ...], value: Any) -> Any:

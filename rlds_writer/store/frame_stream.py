@@ -4,10 +4,11 @@ A 256x256 camera frame is 196 KB raw and about 14 KB as a JPEG. Kept raw
 until its episode ends, two such cameras hold 40 MB per 100 steps, in memory
 faulted in afresh for every episode in flight, and the encoding starts only
 when the episode is over. A `FrameStream` copies each frame into a small ring
-that is reused (so its memory stays warm), hands the frames to encoding
-threads in small batches as they fill, and gives the finished episode its
-frames already encoded (`EncodedFrames`). The env thread waits only when the
-ring is full, that is when the encoders are a whole ring behind.
+of the codec's own frames (`FrameCodec.new`, reused, so their memory stays
+warm and the copy is the only one), hands them to encoding threads in small
+batches as they fill, and gives the finished episode its frames already
+encoded (`EncodedFrames`). The env thread waits only when the ring is full,
+that is when the encoders are a whole ring behind.
 
 The threads are the process's own (`_threads`), as many as the recording's
 `image_workers`, made at the first batch and again in a forked child; the
@@ -22,20 +23,32 @@ import os
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from rlds_writer import errors
-from rlds_writer.store.episode_data import put_row
 from rlds_writer.store.image_codecs import yield_cpu_to_caller
 
 # Frames per batch handed to a thread: each hand-over wakes a thread, a cost
 # a few frames share, while the episode's last batch stays short.
 BATCH_FRAMES = 4
 # The ring holds this many batches: while one fills, the others encode (each
-# ring slot of a 256x256 camera is 196 KB of memory to fault in per recording).
+# ring slot of a 256x256 camera is 256 KB of memory to fault in per recording).
 RING_BATCHES = 3
+
+
+class FrameCodec(Protocol):
+    """What a stream needs of a codec: frames to fill, and their encoding."""
+
+    def new(self) -> Any:
+        """A frame holder, reused for frame after frame."""
+
+    def fill(self, holder: Any, frame: np.ndarray) -> None:
+        """Copies a checked frame into `holder` (on the env thread)."""
+
+    def encode(self, holder: Any) -> bytes:
+        """The frame in `holder`, encoded (on an encoding thread)."""
 
 
 class _Batch:
@@ -43,7 +56,7 @@ class _Batch:
 
     __slots__ = ("ring", "slots", "results", "error", "done")
 
-    def __init__(self, ring: np.ndarray):
+    def __init__(self, ring: list[Any]):
         self.ring = ring
         self.slots: list[int] = []
         self.results: list[bytes] = []
@@ -109,25 +122,17 @@ class FrameStream:
     """The ring of one image field and its hand-over to the encoding threads.
 
     Args:
-      shape: a frame's shape.
-      dtype: a frame's dtype.
-      codec: encodes one frame (an array of `shape`) to bytes.
+      codec: fills and encodes the field's frames.
+      row_nbytes: one raw frame's size (for the writer's memory estimate).
       threads: how many encoding threads the process keeps at least.
     """
 
-    def __init__(
-        self,
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-        codec: Callable[[np.ndarray], bytes],
-        threads: int,
-    ):
+    def __init__(self, codec: FrameCodec, row_nbytes: int, threads: int):
         self.codec = codec
         self.threads = max(1, threads)
+        self.row_nbytes = row_nbytes
         size = BATCH_FRAMES * RING_BATCHES
-        self._ring = np.empty((size, *shape), dtype)
-        self.row_nbytes = self._ring[0].nbytes
-        self._flat = memoryview(self._ring).cast("B")
+        self._ring = [codec.new() for _ in range(size)]
         self._owner: list[_Batch | None] = [None] * size  # the batch using each slot
         self._pos = 0
         self._filling = _Batch(self._ring)
@@ -138,7 +143,7 @@ class FrameStream:
         owner = self._owner[slot]
         if owner is not None and owner is not self._filling:
             owner.done.wait()  # the encoders are a whole ring behind
-        put_row(self._ring, self._flat, slot, self.row_nbytes, frame)
+        self.codec.fill(self._ring[slot], frame)
         self._owner[slot] = batch = self._filling
         batch.slots.append(slot)
         self._pos = (slot + 1) % len(self._owner)
@@ -172,9 +177,9 @@ def other(value: Any) -> _Other:
     return _Other(value)
 
 
-def _encode(codec: Callable[[np.ndarray], bytes], batch: _Batch) -> None:
+def _encode(codec: FrameCodec, batch: _Batch) -> None:
     try:
-        batch.results = [codec(batch.ring[slot]) for slot in batch.slots]
+        batch.results = [codec.encode(batch.ring[slot]) for slot in batch.slots]
     except BaseException as e:  # noqa: BLE001 -- raised where the episode is written
         batch.error = e
     finally:

@@ -13,6 +13,7 @@ import os
 import struct
 import threading
 import zlib
+from typing import Any
 
 import numpy as np
 
@@ -89,6 +90,86 @@ def _jpeg_scratch() -> io.FileIO | None:
     return scratch
 
 
+# Per (Pillow mode, quality): the arguments `JpegImagePlugin` gives Pillow's
+# JPEG encoder, or None where calling that encoder directly was not checked
+# to write `Image.save`'s bytes.
+_direct_args: dict[tuple[str, int], tuple[Any, ...] | None] = {}
+
+
+def _save_jpeg(img: Any, quality: int) -> bytes:
+    """`img` as a JPEG, through Pillow's public `Image.save`."""
+    scratch = _jpeg_scratch()
+    if scratch is None:
+        buf = io.BytesIO()
+        img.save(buf, format="JPEG", quality=quality, subsampling=2)
+        return buf.getvalue()
+    fd = scratch.fileno()
+    os.lseek(fd, 0, os.SEEK_SET)
+    img.save(scratch, format="JPEG", quality=quality, subsampling=2)
+    return os.pread(fd, os.lseek(fd, 0, os.SEEK_CUR), 0)
+
+
+def _encode_direct(img: Any, args: tuple[Any, ...], fd: int) -> bytes:
+    """`img` as a JPEG, from Pillow's encoder called as `ImageFile._save` calls it."""
+    from PIL import Image as PILImage
+    from PIL import ImageFile
+
+    encoder = PILImage._getencoder(img.mode, "jpeg", img.mode, args)
+    try:
+        encoder.setimage(img.im, (0, 0, *img.size))
+        os.lseek(fd, 0, os.SEEK_SET)
+        status = encoder.encode_to_file(fd, max(ImageFile.MAXBLOCK, img.size[0] * 4))
+    finally:
+        encoder.cleanup()
+    if status < 0:
+        raise OSError(f"Pillow's JPEG encoder failed (error {status})")
+    return os.pread(fd, os.lseek(fd, 0, os.SEEK_CUR), 0)
+
+
+def _direct_jpeg_args(mode: str, quality: int) -> tuple[Any, ...] | None:
+    """The encoder arguments `_encode_direct` uses for `mode` and `quality`, or None.
+
+    They are taken from one `Image.save` of a probe image and kept only if the
+    direct call writes the same bytes for it; a Pillow whose internals differ
+    gets None, and `Image.save` is used.
+    """
+    key = (mode, quality)
+    if key in _direct_args:
+        return _direct_args[key]
+    from PIL import Image as PILImage
+
+    channels = 3 if mode == "RGB" else 1
+    probe = PILImage.frombytes(mode, (32, 16), bytes(range(256)) * (2 * channels))
+    args = None
+    scratch = _jpeg_scratch()
+    try:
+        expected = _save_jpeg(probe, quality)
+        config = getattr(probe, "encoderconfig", None)
+        if scratch is not None and isinstance(config, tuple):
+            if _encode_direct(probe, config, scratch.fileno()) == expected:
+                args = config
+    except Exception:  # noqa: BLE001 -- any surprise: keep to the public path
+        args = None
+    _direct_args[key] = args
+    return args
+
+
+def encode_jpeg_image(img: Any, quality: int = DEFAULT_JPEG_QUALITY) -> bytes:
+    """JPEG-encodes a Pillow image of mode "RGB" or "L" (see `encode_jpeg`).
+
+    Pillow's encoder is called directly where that was checked to give
+    `Image.save`'s bytes (`_direct_jpeg_args`): the save's Python costs about a
+    tenth of a 256x256 frame's encoding. Either way the GIL is released while
+    libjpeg runs, since the encoder writes into a file descriptor.
+    """
+    quality = int(quality)
+    args = _direct_jpeg_args(img.mode, quality)
+    scratch = _jpeg_scratch()
+    if args is None or scratch is None:
+        return _save_jpeg(img, quality)
+    return _encode_direct(img, args, scratch.fileno())
+
+
 def encode_jpeg(image: np.ndarray, quality: int = DEFAULT_JPEG_QUALITY) -> bytes:
     """JPEG-encodes a uint8 (H, W, C) image, C in 1, 3, with Pillow.
 
@@ -99,18 +180,43 @@ def encode_jpeg(image: np.ndarray, quality: int = DEFAULT_JPEG_QUALITY) -> bytes
     Pillow releases the GIL only when it encodes into a file descriptor, not
     into a `BytesIO`; so each thread encodes into its own in-memory file
     (`memfd`). It still holds the GIL to unpack the pixels and set up the
-    save, which is why the encoder runs JPEG in processes, not threads.
+    encoder, which is why the encoder runs JPEG in processes, not threads,
+    unless the frames were unpacked at the step (`JpegFrames`).
     """
     from PIL import Image as PILImage
 
     image = np.ascontiguousarray(image, dtype=np.uint8)
     img = PILImage.fromarray(image[..., 0] if image.shape[-1] == 1 else image)
-    scratch = _jpeg_scratch()
-    if scratch is None:
-        buf = io.BytesIO()
-        img.save(buf, format="JPEG", quality=int(quality), subsampling=2)
-        return buf.getvalue()
-    fd = scratch.fileno()
-    os.lseek(fd, 0, os.SEEK_SET)
-    img.save(scratch, format="JPEG", quality=int(quality), subsampling=2)
-    return os.pread(fd, os.lseek(fd, 0, os.SEEK_CUR), 0)
+    return encode_jpeg_image(img, quality)
+
+
+class JpegFrames:
+    """Reusable Pillow images of one frame shape, filled at the step and JPEG-encoded later.
+
+    `fill` is the only copy of a frame: Pillow's unpacking into an image it
+    can encode (a numpy ring would copy the frame once more, and
+    `Image.fromarray` allocate a fresh image per frame).
+
+    Args:
+      shape: a frame's shape, (H, W, 3) or (H, W, 1), uint8.
+      quality: JPEG quality 1..100.
+    """
+
+    def __init__(self, shape: tuple[int, ...], quality: int = DEFAULT_JPEG_QUALITY):
+        self.mode = "L" if shape[-1] == 1 else "RGB"
+        self.size = (shape[1], shape[0])
+        self.quality = int(quality)
+
+    def new(self) -> Any:
+        """An image to `fill`, to be reused for frame after frame."""
+        from PIL import Image as PILImage
+
+        return PILImage.new(self.mode, self.size)
+
+    def fill(self, img: Any, frame: np.ndarray) -> None:
+        """Copies a checked uint8 frame of this shape into `img`."""
+        img.frombytes(frame if frame.flags.c_contiguous else np.ascontiguousarray(frame))
+
+    def encode(self, img: Any) -> bytes:
+        """`img` as JPEG bytes (the GIL released while libjpeg runs)."""
+        return encode_jpeg_image(img, self.quality)

@@ -24,7 +24,7 @@ import rlds_writer
 from rlds_writer import RecordRLDS
 from rlds_writer.errors import StepValueError, WriterFailedError
 from rlds_writer.record.columns import _StreamedImageColumn
-from rlds_writer.store import encoding, frame_stream
+from rlds_writer.store import encoding, frame_stream, image_codecs
 
 _SIDE = 48
 _KEY = "steps/observation/image"
@@ -96,14 +96,14 @@ def _reference(tmp_path, env: gym.Env, episodes: int, name: str = "alone") -> by
 
 def test_frames_are_encoded_on_background_threads_while_the_episode_runs(tmp_path, monkeypatch):
     encoded: list[tuple[str, int]] = []  # (thread, the env's step when encoded)
-    real = encoding.encode_jpeg
+    real = image_codecs.JpegFrames.encode
     camera = _Camera(steps=30)
 
-    def encode_and_note(image, *args):
+    def encode_and_note(codec, frame):
         encoded.append((threading.current_thread().name, camera.t))
-        return real(image, *args)
+        return real(codec, frame)
 
-    monkeypatch.setattr(encoding, "encode_jpeg", encode_and_note)
+    monkeypatch.setattr(image_codecs.JpegFrames, "encode", encode_and_note)
     env = RecordRLDS(camera, str(tmp_path / "ds"), image_encoding="jpeg")
     env.reset()
     recorder = env._recording.recorder
@@ -143,9 +143,11 @@ def test_a_refused_step_drops_its_frame_whether_or_not_its_batch_was_handed_over
     # The camera is put before the state is refused: its frame must go, from
     # the batch being filled, unencoded (1, 4, 5), or, once handed over with
     # its batch (3), from the episode's entries.
-    real = encoding.encode_jpeg
+    real = image_codecs.JpegFrames.encode
     encodes = []
-    monkeypatch.setattr(encoding, "encode_jpeg", lambda *a: encodes.append(1) or real(*a))
+    monkeypatch.setattr(
+        image_codecs.JpegFrames, "encode", lambda *a: encodes.append(1) or real(*a)
+    )
     env = RecordRLDS(
         _Camera(steps=20, bad_at=(bad_at,)), str(tmp_path / "ds"), image_encoding="jpeg"
     )
@@ -163,13 +165,13 @@ def test_a_refused_step_drops_its_frame_whether_or_not_its_batch_was_handed_over
 def test_a_frame_that_cannot_be_encoded_fails_the_write_naming_the_field(tmp_path, monkeypatch):
     calls = []
 
-    def encode_or_fail(image, *args):
+    def encode_or_fail(codec, frame):
         calls.append(1)
         if len(calls) == 7:
             raise OSError("encoder out of memory")
         return b"\xff\xd8 not really a jpeg"
 
-    monkeypatch.setattr(encoding, "encode_jpeg", encode_or_fail)
+    monkeypatch.setattr(image_codecs.JpegFrames, "encode", encode_or_fail)
     env = RecordRLDS(_Camera(steps=10), str(tmp_path / "ds"), image_encoding="jpeg")
     expected = f"{_KEY}: could not encode \\(encoder out of memory\\)"
     with pytest.raises(WriterFailedError, match=expected):
