@@ -145,9 +145,7 @@ def test_a_refused_step_drops_its_frame_whether_or_not_its_batch_was_handed_over
     # its batch (3), from the episode's entries.
     real = image_codecs.JpegFrames.encode
     encodes = []
-    monkeypatch.setattr(
-        image_codecs.JpegFrames, "encode", lambda *a: encodes.append(1) or real(*a)
-    )
+    monkeypatch.setattr(image_codecs.JpegFrames, "encode", lambda *a: encodes.append(1) or real(*a))
     env = RecordRLDS(
         _Camera(steps=20, bad_at=(bad_at,)), str(tmp_path / "ds"), image_encoding="jpeg"
     )
