@@ -21,10 +21,10 @@ a fresh process (imports are not timed), peers and repetitions interleaved:
 * **plain**: one `write()` per step of the frame's bytes to one open file, the
   physical limit for raw frames;
 * **plain-episode**: each frame copied into one reused episode buffer and the
-  episode written in one `write()`: what any format of whole-episode records
-  (a TFRecord record, with its length and CRC ahead of the data) must do at
-  least. Next to **plain** it shows what writing a whole episode at once
-  costs on the machine's page cache (see REPORT.md, "Where the time goes").
+  episode written at its end, in 1 MiB `write()`s: what any format of
+  whole-episode records (a TFRecord record, with its length and CRC ahead of
+  the data) must do at least. (One multi-MB `write()` per episode was up to 6x
+  slower on the benchmark VM's page cache: REPORT.md, "Where the time goes".)
 
 Each peer runs only the workloads it stores like for like (raw with raw, PNG
 with PNG, JPEG with JPEG or lossy video):
@@ -487,7 +487,8 @@ def _run_plain_episode(workload: str, steps: int, episodes: int, out: str) -> fl
                 obs, _, done = rollout.step()
                 view[at : at + frame] = memoryview(obs).cast("B")
                 at += frame
-            f.write(view[:at])
+            for piece in range(0, at, 1 << 20):  # as rlds_writer writes a big record
+                f.write(view[piece : min(at, piece + (1 << 20))])
     return time.perf_counter() - start
 
 
@@ -593,7 +594,11 @@ def _measure(python: str, peer: str, workload: str, steps: int, episodes: int) -
     with tempfile.TemporaryDirectory(prefix="rlds_peers_") as tmp:
         args = [python, os.path.abspath(__file__), "--child", peer, workload, str(steps)]
         args += [str(episodes), os.path.join(tmp, "out")]
-        done = subprocess.run(args, capture_output=True, text=True, timeout=1800)
+        # Bytecode cached as in an installed package (an editable install of
+        # rlds_writer would otherwise compile its lazily imported modules in
+        # every timed run where the environment sets PYTHONDONTWRITEBYTECODE).
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        done = subprocess.run(args, capture_output=True, text=True, timeout=1800, env=env)
         if done.returncode:
             print(f"{peer} {workload}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
             return None

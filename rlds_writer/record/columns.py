@@ -294,8 +294,16 @@ def skip(value: Any) -> None:
     """Appender for a group the dataset does not store (e.g. no discount)."""
 
 
-# Rows of large columns are kept in chunks of about this many bytes.
-_CHUNK_BYTES = 8 << 20
+# Rows of large columns are kept in chunks of about this many bytes. A chunk
+# is recycled whole, so the memory an env that the writer keeps up with
+# touches is about an episode plus the chunks taken while the previous one is
+# written: with 8 MB chunks, a 400-step episode of 84x84x3 frames (8.5 MB)
+# kept 4 chunks (32 MB) warm, and a fresh process paid for faulting them in
+# (benchmarks/REPORT.md, raw84).
+_CHUNK_BYTES = 2 << 20
+# Image frames keep 8 MB chunks: in shared memory (`shared_frames`) each chunk
+# is a segment the encoding processes map.
+_IMAGE_CHUNK_BYTES = 8 << 20
 
 
 class LargeArrayColumn(_ChecksItself):
@@ -325,7 +333,8 @@ class LargeArrayColumn(_ChecksItself):
         self._pool = pool
         row_bytes = field.row_nbytes
         self._row_bytes = row_bytes
-        self.rows = max(1, _CHUNK_BYTES // max(row_bytes, 1))
+        chunk_bytes = _IMAGE_CHUNK_BYTES if self.SHARED else _CHUNK_BYTES
+        self.rows = max(1, chunk_bytes // max(row_bytes, 1))
         self._empty()
         self.append = self._append
 

@@ -1,6 +1,7 @@
 """TFRecord shards: the `FileFormat` of length-prefixed, CRC-framed records.
 
-Written unbuffered (each record reaches the OS in one `writev`, so an episode
+Written unbuffered (each record has reached the OS when its write returns,
+in one `writev` or, past 1 MiB, several: `storage.writev_all`; so an episode
 is durable when it ends), walked and checked by `store.tfrecord`'s scan
 (length and data CRCs, resynchronising after a damaged header), repaired by
 rewriting the good records or cutting a crash's torn tail, and read at random
@@ -26,12 +27,10 @@ from rlds_writer.store.shard_format import (
     join_parts,
 )
 
-_IOV_MAX = 1024
-
 
 class TFRecordShardWriter:
-    """A TFRecord shard. Locally unbuffered: each record reaches the OS in one
-    `writev`, so a written record is already flushed.
+    """A TFRecord shard. Locally unbuffered: each record has reached the OS when
+    `write` returns, so a written record is already flushed.
 
     Args:
       path: the new shard's path (must not exist; never a link).
@@ -61,7 +60,8 @@ class TFRecordShardWriter:
         parts, length = join_parts(record, length)
         header, footer = tfrecord.frame_parts_of(parts, length)
         if self._fd is not None:
-            _writev_all(self._fd, [header, *parts, footer], len(header) + length + len(footer))
+            total = len(header) + length + len(footer)
+            storage.writev_all(self._fd, [header, *parts, footer], total)
         else:
             self._f.write_parts([header, *parts, footer])
         self.num_records += 1
@@ -82,27 +82,6 @@ class TFRecordShardWriter:
             os.close(fd)
         else:
             self._f.close()
-
-
-def _writev_all(fd: int, parts: list[Any], total: int) -> None:
-    """Writes all parts (`total` bytes) with as few syscalls as possible, handling short writes.
-
-    A record usually goes out in one `writev`; only a short write (or more
-    than `_IOV_MAX` parts) leads to another.
-    """
-    views = [memoryview(p).cast("B") if not isinstance(p, bytes) else p for p in parts]
-    i = 0
-    while True:
-        written = os.writev(fd, views[i : i + _IOV_MAX])
-        total -= written
-        if not total:
-            return
-        # Drop what this call wrote: whole parts, then the head of a part cut short.
-        while written >= len(views[i]):
-            written -= len(views[i])
-            i += 1
-        if written:
-            views[i] = memoryview(views[i])[written:]
 
 
 def tfrecord_records(path: epath.PathLike, strict: bool = False) -> Iterator[bytes]:

@@ -33,6 +33,7 @@ _KEY = "steps/observation"
 @pytest.fixture(autouse=True)
 def small_chunks_no_spares(monkeypatch):
     monkeypatch.setattr(columns_lib, "_CHUNK_BYTES", _ROWS_PER_CHUNK * int(np.prod(_SHAPE)))
+    monkeypatch.setattr(columns_lib, "_IMAGE_CHUNK_BYTES", _ROWS_PER_CHUNK * int(np.prod(_SHAPE)))
     chunk_spares.spares.clear()  # none left by another test
     yield
     chunk_spares.spares.clear()

@@ -21,6 +21,7 @@ _SMALL_CHUNK = 3 * 16 * 16 * 3
 @pytest.fixture
 def small_chunks(monkeypatch):
     monkeypatch.setattr(columns_lib, "_CHUNK_BYTES", _SMALL_CHUNK)
+    monkeypatch.setattr(columns_lib, "_IMAGE_CHUNK_BYTES", _SMALL_CHUNK)
 
 
 class _FramesEnv(gym.Env):
@@ -134,3 +135,40 @@ def test_chunks_of_written_episodes_are_recycled_for_the_next(tmp_path, small_ch
     assert all(len(i) == 4 for i in ids)
     assert ids[2] & (ids[0] | ids[1])
     assert ids[3] & (ids[0] | ids[1] | ids[2])
+
+
+class _CameraEnv(gym.Env):
+    """84x84x3 frames, `steps` per episode."""
+
+    observation_space = spaces.Box(0, 255, (84, 84, 3), np.uint8)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, steps: int):
+        self.steps = steps
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.zeros((84, 84, 3), np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full((84, 84, 3), self.t % 256, np.uint8), 0.0, False, self.t >= self.steps, {}
+
+
+def test_raw_frames_take_chunks_of_at_most_2_mib(tmp_path):
+    # Chunks are recycled whole: an 8.5 MB episode in 8 MB chunks held 16 MB,
+    # and a recording kept four such chunks warm. In 2 MiB chunks an episode
+    # holds less than its frames plus one chunk.
+    env = RecordRLDS(_CameraEnv(399), tmp_path / "ds", image_encoding="bytes")
+    env.reset()
+    (buffer,) = env._recording.recorder._buffers.values()
+    column = buffer.columns["steps/observation"]
+    for _ in range(398):
+        env.step(0)
+    held = sum(chunk.nbytes for chunk in column.chunks)
+    frames = 399 * 84 * 84 * 3
+    assert frames <= held < frames + (2 << 20)
+    env.step(0)
+    env.close()
+    (episode,) = load_episodes(tmp_path / "ds")
+    assert len(episode["steps"]) == 400

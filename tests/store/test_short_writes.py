@@ -62,3 +62,32 @@ def test_records_written_a_few_hundred_bytes_per_writev_load_whole(tmp_path, mon
                 *range(1, len(frames)),
                 0,
             ]
+
+
+def test_a_record_over_1_mib_reaches_the_os_in_1_mib_writevs_in_order(tmp_path, monkeypatch):
+    # One multi-MB writev was 6x slower than the same bytes in 1 MiB calls on a
+    # VM that returns free memory to its host; a big record is cut in order.
+    from rlds_writer.store import storage
+
+    real_writev = os.writev
+    sizes: list[int] = []
+
+    def noting_writev(fd, buffers):
+        sizes.append(sum(memoryview(b).nbytes for b in buffers))
+        return real_writev(fd, buffers)
+
+    monkeypatch.setattr(os, "writev", noting_writev)
+    rng = np.random.default_rng(1)
+    shape = (700, 1000)  # 2.8 MB per frame, about 8.4 MB per 3-frame episode
+    frames = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+    with rlds_writer.TFDSBackendWriter(str(tmp_path / "big"), _config(shape)) as backend:
+        backend.begin_episode(frames[0])
+        for t in range(1, 3):
+            backend.add_step(t, 0.5, 1.0, frames[t])
+        backend.end_episode(terminated=True)
+    monkeypatch.setattr(os, "writev", real_writev)
+    assert max(sizes) <= storage.WRITE_CALL_BYTES
+    assert sizes.count(storage.WRITE_CALL_BYTES) >= 8
+    (episode,) = load_episodes(tmp_path / "big")
+    observations = np.stack([step["observation"] for step in episode["steps"]])
+    np.testing.assert_array_equal(observations, np.stack(frames))
