@@ -2,7 +2,7 @@
 
 Scalars go to Python lists (cast at episode end), small fixed-shape rows to
 lists of bytes, text and TFDS-encoded values to lists, and large rows and
-images to recycled chunks of about 8 MB from the recorder's `BufferPool`
+images to recycled chunks (2 MiB, 8 MB for images) from the recorder's `BufferPool`
 (image chunks in shared memory, where the encoding processes read them, once
 those run: until then ordinary memory, cheaper to fault in).
 Every value is checked at the step (`record.values`) and copied: envs often
