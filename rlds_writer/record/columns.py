@@ -500,7 +500,7 @@ class _StreamedImageColumn(_ChecksItself):
 
     def values(self) -> frame_stream.EncodedFrames:
         self.stream.submit()  # the episode's last frames
-        return frame_stream.EncodedFrames(self.field.key, self.entries, self.stream.row_nbytes)
+        return frame_stream.EncodedFrames(self.field.key, self.entries, self.field.row_nbytes)
 
     def reset(self) -> None:
         self.entries = []

@@ -161,7 +161,7 @@ class EpisodeBuffer:
             stream = None
             if field.key in layout.streamed:
                 codec, threads = layout.streamed[field.key]
-                stream = FrameStream(codec, field.row_nbytes, threads)
+                stream = FrameStream(codec, threads)
             column = make_column(field, layout.pool, stream)
             self.columns[field.key] = column
             return column.append

@@ -123,14 +123,12 @@ class FrameStream:
 
     Args:
       codec: fills and encodes the field's frames.
-      row_nbytes: one raw frame's size (for the writer's memory estimate).
       threads: how many encoding threads the process keeps at least.
     """
 
-    def __init__(self, codec: FrameCodec, row_nbytes: int, threads: int):
+    def __init__(self, codec: FrameCodec, threads: int):
         self.codec = codec
         self.threads = max(1, threads)
-        self.row_nbytes = row_nbytes
         size = BATCH_FRAMES * RING_BATCHES
         self._ring = [codec.new() for _ in range(size)]
         self._owner: list[_Batch | None] = [None] * size  # the batch using each slot
