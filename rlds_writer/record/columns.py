@@ -320,6 +320,8 @@ class LargeArrayColumn(_ChecksItself):
     # Chunks in shared memory, where the image-encoding processes read them
     # (once they run: `shared_frames.wanted`).
     SHARED = False
+    # Whether copying a row keeps the GIL (`episode_data.put_row`).
+    KEEP_GIL = False
 
     __slots__ = (
         "field", "shape", "dtype", "chunks", "cur", "pos", "n", "rows", "append", "_pool",
@@ -382,7 +384,7 @@ class LargeArrayColumn(_ChecksItself):
             if len(self.chunks) > 1:
                 self._pool.expect(self.field.key, len(self.chunks))
             pos = 0
-        put_row(self.cur, self._flat, pos, self._row_bytes, value)
+        put_row(self.cur, self._flat, pos, self._row_bytes, value, self.KEEP_GIL)
         self.pos = pos + 1
         self.n += 1
 
@@ -422,6 +424,7 @@ class _ImageColumn(LargeArrayColumn):
     """
 
     SHARED = True
+    KEEP_GIL = True
 
     __slots__ = ("others",)
 

@@ -148,13 +148,25 @@ _IN_FLIGHT = 2
 _WAIT_MAX = 5.0
 
 
-def put_row(rows: np.ndarray, flat: memoryview, i: int, row_nbytes: int, value: np.ndarray) -> None:
+def put_row(
+    rows: np.ndarray,
+    flat: memoryview,
+    i: int,
+    row_nbytes: int,
+    value: np.ndarray,
+    keep_gil: bool,
+) -> None:
     """Copies a checked `value` into row `i` of `rows` (`flat`: `rows` as bytes).
 
-    A memoryview copy keeps the GIL: numpy's would release it for a large row,
-    and the env thread would then queue behind the encoding threads for it.
+    With `keep_gil` the copy goes through a memoryview, which keeps the GIL;
+    numpy's copy releases it for a large row. Image frames keep it: the env
+    thread would otherwise queue behind the encoding threads to get it back.
+    Other large rows let it go: the writer thread, whose episode writes run
+    mostly without the GIL, needs it between them, and an env thread that
+    never lets go makes it wait out the 5 ms switch interval each time (raw
+    84x84x3 frames: 20 -> 16 us/step, benchmarks/REPORT.md).
     """
-    if value.flags.c_contiguous:
+    if keep_gil and value.flags.c_contiguous:
         flat[i * row_nbytes : (i + 1) * row_nbytes] = memoryview(value).cast("B")
     else:
         rows[i] = value

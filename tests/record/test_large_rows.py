@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -155,6 +159,20 @@ class _CameraEnv(gym.Env):
         return np.full((84, 84, 3), self.t % 256, np.uint8), 0.0, False, self.t >= self.steps, {}
 
 
+class _BigFrameEnv(gym.Env):
+    """One 256x256x3 frame: a copy long enough for a waiting thread to wake in."""
+
+    shape = (256, 256, 3)
+    observation_space = spaces.Box(0, 255, shape, np.uint8)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(self.shape, np.uint8), {}
+
+    def step(self, action):
+        return np.zeros(self.shape, np.uint8), 0.0, False, False, {}
+
+
 def test_raw_frames_take_chunks_of_at_most_2_mib(tmp_path):
     # Chunks are recycled whole: an 8.5 MB episode in 8 MB chunks held 16 MB,
     # and a recording kept four such chunks warm. In 2 MiB chunks an episode
@@ -172,3 +190,57 @@ def test_raw_frames_take_chunks_of_at_most_2_mib(tmp_path):
     env.close()
     (episode,) = load_episodes(tmp_path / "ds")
     assert len(episode["steps"]) == 400
+
+
+def _other_thread_turns(column, frame: np.ndarray, rows: int) -> int:
+    """Turns a thread waiting for the GIL got while `column` copied `rows` frames.
+
+    The switch interval is lifted out of reach, so that thread runs only when
+    the copying thread lets the GIL go of its own accord.
+    """
+    kept = column.n
+    turns = 0
+    started = threading.Event()
+    stop = threading.Event()
+
+    def other() -> None:
+        nonlocal turns
+        started.set()
+        while not stop.is_set():
+            turns += 1
+            time.sleep(0)  # lets the GIL go, then waits for it back
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(30.0)
+    thread = threading.Thread(target=other, daemon=True)
+    try:
+        thread.start()
+        started.wait()
+        before = turns
+        for _ in range(rows):
+            column.append(frame)
+        during = turns - before
+    finally:
+        stop.set()
+        sys.setswitchinterval(interval)
+    thread.join()
+    column.truncate(kept)
+    return during
+
+
+@pytest.mark.parametrize("image_encoding, lets_go", [("bytes", True), ("png", False)])
+def test_raw_frame_copies_let_the_writer_thread_run_and_image_frame_copies_keep_the_gil(
+    tmp_path, image_encoding, lets_go
+):
+    # Raw frames: the writer thread needs the GIL between its episode writes;
+    # an env thread that never lets go made it wait out the switch interval
+    # each time, and episodes queued (20 -> 16 us/step, benchmarks/REPORT.md).
+    # Image frames: the env thread would queue behind the encoders instead.
+    env = RecordRLDS(_BigFrameEnv(), tmp_path / "ds", image_encoding=image_encoding)
+    env.reset()
+    (buffer,) = env._recording.recorder._buffers.values()
+    column = buffer.columns["steps/observation"]
+    frame = np.full(_BigFrameEnv.shape, 9, np.uint8)
+    turns = _other_thread_turns(column, frame, 200)
+    env.close()
+    assert (turns > 0) is lets_go, turns
