@@ -102,26 +102,36 @@ class ChunkedRows:
     Attributes:
       chunks: arrays of shape `(rows, *shape)`; the last may be partly used.
       n: number of rows.
+      framed: for rows kept as they are written (`record.columns`, raw
+        bytes fields): each chunk's buffer, shape `(rows, len(prefix) + row
+        bytes)`, with `prefix` before every row; else None.
+      prefix: the bytes before each row in `framed`.
     """
 
-    __slots__ = ("chunks", "n")
+    __slots__ = ("chunks", "n", "framed", "prefix")
 
-    def __init__(self, chunks: list[np.ndarray], n: int):
+    def __init__(
+        self,
+        chunks: list[np.ndarray],
+        n: int,
+        framed: list[np.ndarray] | None = None,
+        prefix: bytes = b"",
+    ):
         self.chunks = chunks
         self.n = n
+        self.framed = framed
+        self.prefix = prefix
 
     def __len__(self) -> int:
         return self.n
 
     def parts(self) -> list[np.ndarray]:
         """The used part of each chunk, in order."""
-        out, left = [], self.n
-        for chunk in self.chunks:
-            if left <= 0:
-                break
-            out.append(chunk[:left])
-            left -= len(out[-1])
-        return out
+        return _used(self.chunks, self.n)
+
+    def framed_parts(self) -> list[np.ndarray]:
+        """The used part of each framed buffer, in order (`framed` must be set)."""
+        return _used(self.framed, self.n)
 
     def __getitem__(self, i: int) -> np.ndarray:
         if not -self.n <= i < self.n:
@@ -138,6 +148,16 @@ class ChunkedRows:
         parts = self.parts()
         arr = parts[0] if len(parts) == 1 else np.concatenate(parts)
         return arr if dtype is None else arr.astype(dtype)
+
+
+def _used(chunks: list[np.ndarray], n: int) -> list[np.ndarray]:
+    out, left = [], n
+    for chunk in chunks:
+        if left <= 0:
+            break
+        out.append(chunk[:left])
+        left -= len(out[-1])
+    return out
 
 
 # Finished episodes whose chunks a column that waits (`take(wait=True)`) lets

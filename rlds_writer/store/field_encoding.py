@@ -110,7 +110,7 @@ def _row_bytes_parts(rows: list[bytes]) -> tuple[list[Any], int]:
         out = _len_delimited(b"\x0a", b"")
         return [out], len(out)
     width = len(rows[0])
-    row_header = b"\x0a" + _varint(width)
+    row_header = bytes_entry_head(width)
     inner_len = len(rows) * (len(row_header) + width)
     head = b"\x0a" + _varint(inner_len)
     if width < _ROW_PARTS_MIN:
@@ -123,9 +123,28 @@ def _row_bytes_parts(rows: list[bytes]) -> tuple[list[Any], int]:
     return parts, len(head) + inner_len
 
 
+def _framed_parts(rows: ChunkedRows) -> tuple[list[Any], int] | None:
+    """`bytes_feature` of rows kept behind their entry heads: a part per chunk.
+
+    None if the chunks hold another prefix than this encoding's.
+    """
+    width = rows.chunks[0][0].nbytes
+    row_header = bytes_entry_head(width)
+    if rows.prefix != row_header:
+        return None
+    inner_len = rows.n * (len(row_header) + width)
+    head = b"\x0a" + _varint(inner_len)
+    parts = [_read_only(chunk.reshape(-1)) for chunk in rows.framed_parts()]
+    return [head, *parts], len(head) + inner_len
+
+
 def _fixed_bytes_parts(rows: np.ndarray | ChunkedRows) -> tuple[list[Any], int]:
     """`bytes_feature` for equal-length rows, as parts: (parts, total length)."""
     if isinstance(rows, ChunkedRows):
+        if rows.framed is not None and rows.n:
+            framed = _framed_parts(rows)
+            if framed is not None:
+                return framed
         chunks = rows.parts()
         if len(chunks) > 1 and chunks[0][0].nbytes >= _ROW_PARTS_MIN:
             return _row_bytes_parts([_read_only(r.reshape(-1).view(np.uint8)) for r in rows])
@@ -135,7 +154,7 @@ def _fixed_bytes_parts(rows: np.ndarray | ChunkedRows) -> tuple[list[Any], int]:
     if n == 0:
         out = _len_delimited(b"\x0a", b"")
         return [out], len(out)
-    row_header = b"\x0a" + _varint(width)
+    row_header = bytes_entry_head(width)
     inner_len = n * (len(row_header) + width)
     head = b"\x0a" + _varint(inner_len)
     flat = np.ascontiguousarray(rows).reshape(n, -1).view(np.uint8)  # (n, width) bytes

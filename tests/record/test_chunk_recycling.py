@@ -27,12 +27,16 @@ from rlds_writer.store import chunk_spares, episode_data
 
 _SHAPE = (64, 64, 3)  # 12,288-byte rows: a chunked (large-row) column
 _ROWS_PER_CHUNK = 4
+# A raw row in its chunk: behind its 3-byte BytesList entry head
+# (`columns.FramedRowsColumn`), so a chunk is (rows, _ROW) bytes.
+_ROW = int(np.prod(_SHAPE)) + 3
+_FRAMED = (_ROW,)
 _KEY = "steps/observation"
 
 
 @pytest.fixture(autouse=True)
 def small_chunks_no_spares(monkeypatch):
-    monkeypatch.setattr(columns_lib, "_CHUNK_BYTES", _ROWS_PER_CHUNK * int(np.prod(_SHAPE)))
+    monkeypatch.setattr(columns_lib, "_CHUNK_BYTES", _ROWS_PER_CHUNK * _ROW)
     monkeypatch.setattr(columns_lib, "_IMAGE_CHUNK_BYTES", _ROWS_PER_CHUNK * int(np.prod(_SHAPE)))
     chunk_spares.spares.clear()  # none left by another test
     yield
@@ -136,7 +140,7 @@ def test_a_closed_recording_leaves_chunks_to_the_next_which_never_shows_their_ol
 
 
 def test_spares_are_bounded_and_let_go_when_idle(tmp_path, monkeypatch):
-    monkeypatch.setattr(chunk_spares, "_SPARE_BYTES", 5 * _ROWS_PER_CHUNK * int(np.prod(_SHAPE)))
+    monkeypatch.setattr(chunk_spares, "_SPARE_BYTES", 5 * _ROWS_PER_CHUNK * _ROW)
     monkeypatch.setattr(chunk_spares, "_SPARE_IDLE", 0.2)
     env = RecordRLDS(_FramesEnv(30, fill=0), tmp_path / "ds", image_encoding="bytes")
     _record(env, 3)  # 31 rows: 8 chunks an episode
@@ -165,9 +169,9 @@ def test_a_forked_child_never_takes_its_parents_chunks(tmp_path):
     if pid == 0:  # the child: neither the recording's pool nor the process's spares
         ok = False
         try:
-            taken = [pool.take(_KEY, rows, _SHAPE, np.dtype(np.uint8)) for _ in range(4)]
+            taken = [pool.take(_KEY, rows, _FRAMED, np.dtype(np.uint8)) for _ in range(4)]
             taken += [
-                episode_data.BufferPool().take(_KEY, rows, _SHAPE, np.dtype(np.uint8))
+                episode_data.BufferPool().take(_KEY, rows, _FRAMED, np.dtype(np.uint8))
                 for _ in range(4)
             ]
             ok = not ({_address(c) for c in taken} & parents)
@@ -180,7 +184,7 @@ def test_a_forked_child_never_takes_its_parents_chunks(tmp_path):
     os.close(read)
     assert answer == b"1"
     # The parent still takes its own.
-    again = episode_data.BufferPool().take(_KEY, rows, _SHAPE, np.dtype(np.uint8))
+    again = episode_data.BufferPool().take(_KEY, rows, _FRAMED, np.dtype(np.uint8))
     assert _address(again) in parents
 
 

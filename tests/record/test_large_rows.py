@@ -17,6 +17,8 @@ import rlds_writer
 from rlds_writer import RecordRLDS
 from rlds_writer.errors import StepValueError
 from rlds_writer.record import columns as columns_lib
+from rlds_writer.store import tfrecord
+from rlds_writer.store.episode_data import BufferPool
 
 # Three 16x16x3 frames per chunk: every episode below spans several chunks.
 _SMALL_CHUNK = 3 * 16 * 16 * 3
@@ -244,3 +246,45 @@ def test_raw_frame_copies_let_the_writer_thread_run_and_image_frame_copies_keep_
     turns = _other_thread_turns(column, frame, 200)
     env.close()
     assert (turns > 0) is lets_go, turns
+
+
+def test_raw_frames_reach_the_writer_as_one_stretch_of_the_record_per_chunk(tmp_path, monkeypatch):
+    # Rows are kept behind their BytesList entry heads, so the frames of an
+    # episode are handed to the shard (hashed, written) as one part per chunk,
+    # not as two per row. Chunks come dirty here, as a buffer recycled from
+    # another recording may: the heads are written whenever a chunk is taken.
+    monkeypatch.setattr(columns_lib, "_CHUNK_BYTES", 3 * (84 * 84 * 3 + 3))
+    take = BufferPool.take
+
+    def dirty_take(self, *args, **kwargs):
+        buffer = take(self, *args, **kwargs)
+        buffer[...] = 0xAB
+        return buffer
+
+    monkeypatch.setattr(BufferPool, "take", dirty_take)
+    parts_per_record = []
+    frame_parts_of = tfrecord.frame_parts_of
+
+    def counting(parts, length):
+        parts_per_record.append(len(parts))
+        return frame_parts_of(parts, length)
+
+    monkeypatch.setattr(tfrecord, "frame_parts_of", counting)
+    # 21 frames (445 KB): a record large enough to be written as parts.
+    env = RecordRLDS(_CameraEnv(20), tmp_path / "ds", image_encoding="bytes")
+    for _ in range(2):
+        env.reset()
+        done = False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(0)
+            done = terminated or truncated
+    env.close()
+    episodes = load_episodes(tmp_path / "ds")
+    assert len(episodes) == 2
+    for episode in episodes:
+        frames = np.stack([step["observation"] for step in episode["steps"]])
+        expected = np.arange(21, dtype=np.uint8)[:, None, None, None]
+        np.testing.assert_array_equal(frames, np.broadcast_to(expected, (21, 84, 84, 3)))
+    # 21 frames in 7 chunks of 3: two parts per frame would make 42 and more.
+    assert len(parts_per_record) == 2
+    assert max(parts_per_record) < 42, parts_per_record
