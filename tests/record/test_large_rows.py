@@ -85,13 +85,23 @@ def test_episodes_spanning_many_chunks_are_recorded_exactly(tmp_path, small_chun
     np.testing.assert_array_equal(ours["steps"]["observation"]["scan"][:, 0], np.arange(26) + 0.5)
 
 
+@pytest.mark.parametrize(
+    "image_feature",
+    [
+        tfds.features.Image(shape=(16, 16, 3)),
+        # Raw frames kept behind their entry heads (`FramedRowsColumn`): with
+        # the small chunks, one row per chunk.
+        tfds.features.Tensor(shape=(64, 64, 3), dtype=np.uint8, encoding="bytes"),
+    ],
+    ids=["png", "raw-bytes"],
+)
 def test_a_refused_step_at_a_chunk_boundary_rolls_back_and_recording_goes_on(
-    tmp_path, small_chunks
+    tmp_path, small_chunks, image_feature
 ):
     config = rlds_writer.DatasetConfig(
         name="rollback",
         observation_info={
-            "image": tfds.features.Image(shape=(16, 16, 3)),
+            "image": image_feature,
             "scan": tfds.features.Tensor(shape=(2048,), dtype=np.float32),
         },
         action_info=np.int64,
@@ -100,7 +110,7 @@ def test_a_refused_step_at_a_chunk_boundary_rolls_back_and_recording_goes_on(
 
     def obs(t):
         return {
-            "image": np.full((16, 16, 3), t, np.uint8),
+            "image": np.full(image_feature.shape, t, np.uint8),
             "scan": np.full(2048, t, np.float32),
         }
 
