@@ -59,17 +59,22 @@ class _FramesEnv(gym.Env):
         return self._obs(), 0.0, False, self.t >= self.steps, {}
 
 
+def _play(env, seed=None) -> None:
+    """One episode, reset to its end."""
+    env.reset(seed=seed)
+    done = False
+    while not done:
+        _, _, terminated, truncated, _ = env.step(0)
+        done = terminated or truncated
+
+
 @pytest.mark.parametrize("image_encoding", ["png", "jpeg", "bytes", "none"])
 def test_episodes_spanning_many_chunks_are_recorded_exactly(tmp_path, small_chunks, image_encoding):
     lengths = [10, 1, 7, 25]
     env = RecordRLDS(_FramesEnv(0), tmp_path / "ds", image_encoding=image_encoding)
     for episode, steps in enumerate(lengths):
         env.unwrapped.steps = steps
-        env.reset(seed=episode)
-        done = False
-        while not done:
-            _, _, term, trunc, _ = env.step(0)
-            done = term or trunc
+        _play(env, seed=episode)
     env.close()
     episodes = load_episodes(tmp_path / "ds")
     assert [len(e["steps"]) for e in episodes] == [n + 1 for n in lengths]
@@ -283,11 +288,7 @@ def test_raw_frames_reach_the_writer_as_one_stretch_of_the_record_per_chunk(tmp_
     # 21 frames (445 KB): a record large enough to be written as parts.
     env = RecordRLDS(_CameraEnv(20), tmp_path / "ds", image_encoding="bytes")
     for _ in range(2):
-        env.reset()
-        done = False
-        while not done:
-            _, _, terminated, truncated, _ = env.step(0)
-            done = terminated or truncated
+        _play(env)
     env.close()
     episodes = load_episodes(tmp_path / "ds")
     assert len(episodes) == 2
