@@ -247,12 +247,16 @@ def _other_thread_turns(column, frame: np.ndarray, rows: int) -> int:
 
 @pytest.mark.parametrize("image_encoding, lets_go", [("bytes", True), ("png", False)])
 def test_raw_frame_copies_let_the_writer_thread_run_and_image_frame_copies_keep_the_gil(
-    tmp_path, image_encoding, lets_go
+    tmp_path, monkeypatch, image_encoding, lets_go
 ):
     # Raw frames: the writer thread needs the GIL between its episode writes;
     # an env thread that never lets go made it wait out the switch interval
     # each time, and episodes queued (20 -> 16 us/step, benchmarks/REPORT.md).
     # Image frames: the env thread would queue behind the encoders instead.
+    # Ordinary chunks even if an earlier test left image processes running:
+    # making a shared one lets the GIL go (system calls, a prefill thread),
+    # which is not the copy this test is about.
+    monkeypatch.setattr(columns_lib.shared_frames, "wanted", lambda: False)
     env = RecordRLDS(_BigFrameEnv(), tmp_path / "ds", image_encoding=image_encoding)
     env.reset()
     (buffer,) = env._recording.recorder._buffers.values()
