@@ -19,12 +19,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers_docs import FENCE, ROOT, RUN1_SETUP
 
-ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-FENCE = re.compile(
-    r"(?:<!-- not-run: (?P<why>[^>]*?) -->\n)?```(?P<lang>[\w-]*)\n(?P<body>.*?)```", re.S
-)
 RUNNABLE = ("python", "bash")
 
 # What a doc's examples expect to find under /data/: recorded once (DATA_SETUP)
@@ -44,22 +41,6 @@ def record(path, episodes=40):
 record(os.path.join(DATA, "catch"))
 """
 
-# The CartPole recording docs/sharing.md's examples export (needs DATA set).
-RUN1_SETUP = """
-import os
-import gymnasium as gym
-import rlds_writer
-run1 = rlds_writer.RecordRLDS(
-    gym.make("CartPole-v1"), os.path.join(DATA, "run1"), name="run1",
-    step_fn=lambda obs, action, reward, terminated, truncated, info: {"station": 3},
-)
-run1.reset(seed=0)
-for t in range(300):
-    _, _, terminated, truncated, _ = run1.step(t % 2)
-    if terminated or truncated:
-        run1.reset()
-run1.close()
-"""
 DATA_SETUP += RUN1_SETUP
 
 

@@ -23,6 +23,7 @@ gym = pytest.importorskip("gymnasium")
 
 from consumer_venv import run_consumer  # noqa: E402
 from d3rlpy_consumer import expert_action  # noqa: E402
+from helpers_docs import FENCE, ROOT, RUN1_SETUP  # noqa: E402
 from helpers_envs import Rover  # noqa: E402
 
 import rlds_writer  # noqa: E402
@@ -327,8 +328,6 @@ def test_compressed_export_holds_the_same_arrays(tmp_path):
 
 def test_the_d3rlpy_venv_blocks_of_the_docs_run_there(tmp_path, d3rlpy_python):
     """docs/sharing.md's d3rlpy-side blocks, run with the d3rlpy venv's python on its data."""
-    from test_docs_code_blocks import FENCE, ROOT, RUN1_SETUP
-
     exec(RUN1_SETUP, {"DATA": str(tmp_path / "data")})  # the docs' own CartPole data
     rlds_writer.interop.export.export_d3rlpy(
         tmp_path / "data" / "run1", tmp_path / "run1_d3rlpy.h5"
