@@ -1,9 +1,10 @@
 """Package metadata for rlds_writer."""
 
+import os
 import re
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 _HERE = Path(__file__).resolve().parent
 # One version, in the package (rlds_writer.__version__); read as text so building
@@ -78,6 +79,29 @@ _EXTRAS["test"] = [
     "gcp-storage-emulator>=2024.8",
 ]
 
+
+def _extensions() -> list[Extension]:
+    """EnvLogger's C step (rlds_writer/record/step_kernel.py), optional.
+
+    Without a C compiler the build warns and goes on: the package records with
+    its Python step. RLDS_WRITER_PURE_PYTHON=1 builds none (a pure wheel).
+    """
+    if os.environ.get("RLDS_WRITER_PURE_PYTHON", "") not in ("", "0"):
+        return []
+    try:
+        import numpy  # a build requirement (pyproject.toml): the array struct's headers
+    except ImportError:
+        return []
+    return [
+        Extension(
+            "rlds_writer.record._step_kernel",
+            ["rlds_writer/record/_step_kernel.c"],
+            include_dirs=[numpy.get_include()],
+            optional=True,
+        )
+    ]
+
+
 setup(
     name="rlds_writer",
     version=_VERSION,
@@ -88,6 +112,7 @@ setup(
     license_files=["LICENSE"],
     python_requires=">=3.10",
     packages=find_packages(include=["rlds_writer", "rlds_writer.*"]),
+    ext_modules=_extensions(),
     install_requires=_CORE,
     extras_require=_EXTRAS,
     entry_points={"console_scripts": ["rlds-writer=rlds_writer.cli:main"]},

@@ -83,6 +83,20 @@ def pytest_sessionfinish(session):
         thread.join()  # never leave pip writing into .cache after the run
 
 
+@pytest.fixture(params=["c", "python"])
+def step_path(request, monkeypatch) -> str:
+    """Runs a test with EnvLogger's C step (skipped where it is not built) and its Python step."""
+    from rlds_writer.record import step_kernel
+
+    if request.param == "python":
+        monkeypatch.setenv(step_kernel.PURE_PYTHON_ENV, "1")
+    else:
+        monkeypatch.delenv(step_kernel.PURE_PYTHON_ENV, raising=False)
+        if not step_kernel.available():
+            pytest.skip("the C step is not built (no C compiler at install)")
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def d3rlpy_python():
     """The python of the d3rlpy consumer venv (tests/consumer_venv.py), built on first use."""

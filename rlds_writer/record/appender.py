@@ -147,13 +147,22 @@ class StepBody:
     into its own per-step function (`EnvLogger` does), one call less per step.
     """
 
-    __slots__ = ("test", "appends", "names", "takes_metadata")
+    __slots__ = ("test", "appends", "names", "takes_metadata", "kernel_leaves")
 
-    def __init__(self, test: str, appends: list[str], names: dict[str, Any], takes_metadata: bool):
+    def __init__(
+        self,
+        test: str,
+        appends: list[str],
+        names: dict[str, Any],
+        takes_metadata: bool,
+        kernel_leaves: tuple | None = None,
+    ):
         self.test = test
         self.appends = appends
         self.names = names
         self.takes_metadata = takes_metadata
+        # The same step for the C kernel (`record.step_kernel`), where every leaf has one.
+        self.kernel_leaves = kernel_leaves
 
     def guarded_appends(self, indent: str) -> str:
         """The appends as source lines at `indent`: all or none (a failed one rolls back)."""
@@ -174,7 +183,32 @@ def step_body(groups: Mapping[str, Any], columns: Mapping[str, Any]) -> StepBody
     for argument, node in groups.items():
         source.walk(node, argument, columns)
     test = " and ".join(f"({t})" for t in source.tests) or "True"
-    return StepBody(test, source.appends, source.names, "step_metadata" in groups)
+    return StepBody(
+        test,
+        source.appends,
+        source.names,
+        "step_metadata" in groups,
+        _kernel_leaves(groups, columns),
+    )
+
+
+_KERNEL_ARGUMENTS = ("action", "reward", "discount", "next_observation")
+
+
+def _kernel_leaves(groups: Mapping[str, Any], columns: Mapping[str, Any]) -> tuple | None:
+    """The columns' C forms of the step, if it is one leaf per argument and no metadata."""
+    if tuple(groups) != _KERNEL_ARGUMENTS:
+        return None
+    leaves = []
+    for argument in _KERNEL_ARGUMENTS:
+        node = groups[argument]
+        if isinstance(node, dict):
+            return None
+        leaf = columns[node.key].kernel_leaf()
+        if leaf is None:
+            return None
+        leaves.append(leaf)
+    return tuple(leaves)
 
 
 def compile_source(text: str, names: Mapping[str, Any], function: str) -> Callable[..., Any]:

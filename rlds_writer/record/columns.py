@@ -11,6 +11,7 @@ reuse their arrays.
 
 from __future__ import annotations
 
+import math
 import struct
 import sys
 from collections.abc import Callable
@@ -133,6 +134,12 @@ class _ScalarColumn:
             return {"others": self._fast - {int}, "push": self.items.append}
         return {"types": self._fast, "push": self.items.append}
 
+    def kernel_leaf(self) -> tuple:
+        """The same test and append for the C step (`record.step_kernel`)."""
+        if self.dtype == np.int64:
+            return ("int64", self.items, frozenset(self._fast - {int}), False, None, (), 0)
+        return ("scalar", self.items, frozenset(self._fast), float in self._fast, None, (), 0)
+
     def inline_source(self) -> tuple[str, str]:
         """The test and the append of `record.appender.compile_step_add` (same as `append`)."""
         if self.dtype == np.int64:
@@ -223,6 +230,11 @@ class _ArrayColumn:
     def inline_names(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "shape": self.shape, "push": self.rows.append}
 
+    def kernel_leaf(self) -> tuple:
+        """The same test and append for the C step (`record.step_kernel`)."""
+        nbytes = self.dtype.itemsize * math.prod(self.shape)
+        return ("array", self.rows, None, False, self.dtype, tuple(self.shape), nbytes)
+
     def inline_source(self) -> tuple[str, str]:
         """The test and the append of `record.appender.compile_step_add` (same as `append`)."""
         test = "type({v}) is _ndarray and {v}.dtype is {dtype} and {v}.shape == {shape}"
@@ -255,6 +267,10 @@ class _ChecksItself:
 
     def inline_names(self) -> dict[str, Any]:
         return {"append": self.append}
+
+    def kernel_leaf(self) -> None:
+        """None: the C step cannot take what `append` checks (`record.step_kernel`)."""
+        return None
 
     def inline_source(self) -> tuple[str, str]:
         """No test: `append` checks the value itself (`record.appender.compile_step_add`)."""

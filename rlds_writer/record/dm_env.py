@@ -14,6 +14,7 @@ import dm_env
 import numpy as np
 
 from rlds_writer.errors import StepValueError
+from rlds_writer.record import step_kernel
 from rlds_writer.record.appender import StepBody, compile_source
 from rlds_writer.record.backend import TFDSBackendWriter
 from rlds_writer.record.config import config_from_env
@@ -186,12 +187,13 @@ class EnvLogger(dm_env.Environment):
         """The mid-episode step with the episode buffer's compiled add inlined.
 
         One Python call less per step than calling the adder (about 10% of
-        what recording adds to a Catch step). Compiled once per episode
-        buffer (the recorder reuses its buffers) and kept.
+        what recording adds to a Catch step). Where the C step is built and
+        every column has a C form (`record.step_kernel`), it steps the env
+        and takes the common case, and this Python step without the env
+        call decides the rest. Compiled once per episode buffer (the
+        recorder reuses its buffers) and kept.
         """
-        text = (
-            "def step(action):\n"
-            "    timestep = _env_step(action)\n"
+        after = (
             "    if timestep.step_type is not _MID:\n"
             "        return _other(timestep, action)\n"
             "    reward = timestep.reward\n"
@@ -211,8 +213,16 @@ class EnvLogger(dm_env.Environment):
             _checked=checked,
             _buffer=add.buffer,
         )
-        fused = compile_source(text, names, "step")
-        fused.__doc__ = EnvLogger.step.__doc__
+        fused = None
+        if body.kernel_leaves is not None and step_kernel.available():
+            rest = compile_source("def after(action, timestep):\n" + after, names, "after")
+            fused = step_kernel.step_kernel(
+                env_step, dm_env.TimeStep, _MID, rest, add.buffer, body.kernel_leaves
+            )
+        if fused is None:
+            text = "def step(action):\n    timestep = _env_step(action)\n" + after
+            fused = compile_source(text, names, "step")
+            fused.__doc__ = EnvLogger.step.__doc__
         if len(self._fused) >= 8:  # the recorder reuses one or two buffers
             self._fused.clear()
         self._fused[add] = fused

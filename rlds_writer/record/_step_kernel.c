@@ -1,0 +1,347 @@
+/*
+ * `EnvLogger`'s mid-episode step in C (see record/step_kernel.py).
+ *
+ * A `StepKernel` is called as `step(action)`. It steps the env and, when the
+ * timestep is a plain `dm_env.TimeStep` in mid-episode and every value passes
+ * the same test as the generated Python step (record/appender.py), appends
+ * the action, reward, discount and a copy of the observation to the column
+ * lists and counts the step. Anything else (another step type, a value to
+ * cast or refuse, a buffer before `start`) goes to `after(action, timestep)`,
+ * the generated Python step without the env call, which decides as always.
+ * So the kernel never refuses a value: it only takes the common case
+ * faster, and stores what the Python step would.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <structmember.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+/* How a column takes its value (record/columns.py `kernel_leaf`). */
+enum {
+    LEAF_INT64 = 0,  /* a Python int within int64, or a type in `types` */
+    LEAF_SCALAR = 1, /* a Python float if `float_first`, or a type in `types` */
+    LEAF_ARRAY = 2,  /* a numpy.ndarray of exactly `dtype` and `shape`: its bytes */
+};
+
+typedef struct {
+    int kind;
+    int float_first;
+    PyObject *list;  /* the column's list of values */
+    PyObject *types; /* a (frozen)set of types, or None */
+    PyObject *dtype; /* LEAF_ARRAY: the numpy dtype object, or None */
+    int ndim;
+    npy_intp dims[NPY_MAXDIMS];
+    Py_ssize_t nbytes;
+} Leaf;
+
+/* The arguments in order: action, then the timestep's reward, discount, observation. */
+#define N_LEAVES 4
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *env_step;
+    PyObject *timestep_type;
+    PyObject *mid;
+    PyObject *after;
+    PyObject *buffer;
+    Leaf leaves[N_LEAVES];
+} StepKernel;
+
+static PyObject *s_num_steps, *s_tobytes, *s_rollback, *s_action;
+
+/* 1: the value is appended as it is; 0: the Python step decides; -1: an error is set. */
+static int
+leaf_takes(const Leaf *leaf, PyObject *v)
+{
+    PyTypeObject *t = Py_TYPE(v);
+    switch (leaf->kind) {
+    case LEAF_INT64:
+        if (t == &PyLong_Type) {
+            int overflow;
+            PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (overflow) return 0; /* the Python step refuses it, naming the field */
+            return PyErr_Occurred() ? -1 : 1;
+        }
+        return PySet_Contains(leaf->types, (PyObject *)t);
+    case LEAF_SCALAR:
+        if (leaf->float_first && t == &PyFloat_Type) return 1;
+        return PySet_Contains(leaf->types, (PyObject *)t);
+    default: {
+        if (t != &PyArray_Type) return 0; /* subclasses: the Python step */
+        PyArrayObject *a = (PyArrayObject *)v;
+        if ((PyObject *)PyArray_DESCR(a) != leaf->dtype || PyArray_NDIM(a) != leaf->ndim)
+            return 0;
+        const npy_intp *dims = PyArray_DIMS(a);
+        for (int i = 0; i < leaf->ndim; i++)
+            if (dims[i] != leaf->dims[i]) return 0;
+        return 1;
+    }
+    }
+}
+
+/* What the Python step stores for the value: the value, or the array's `tobytes()`. */
+static PyObject *
+leaf_item(const Leaf *leaf, PyObject *v)
+{
+    if (leaf->kind != LEAF_ARRAY) return Py_NewRef(v);
+    PyArrayObject *a = (PyArrayObject *)v;
+    if (PyArray_IS_C_CONTIGUOUS(a))
+        return PyBytes_FromStringAndSize(PyArray_BYTES(a), leaf->nbytes);
+    return PyObject_CallMethodNoArgs(v, s_tobytes); /* C order, as the Python step */
+}
+
+/* The Python step decides; steals the reference to `ts`. */
+static PyObject *
+hand_over(StepKernel *k, PyObject *action, PyObject *ts)
+{
+    PyObject *args[2] = {action, ts};
+    PyObject *result = PyObject_Vectorcall(k->after, args, 2, NULL);
+    Py_DECREF(ts);
+    return result;
+}
+
+static PyObject *
+kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    StepKernel *k = (StepKernel *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs + nkw != 1
+        || (nkw == 1
+            && PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), s_action) != 0)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "step() takes one argument, the action");
+        return NULL;
+    }
+    PyObject *action = args[0];
+    PyObject *ts = PyObject_Vectorcall(k->env_step, &action, 1, NULL);
+    if (ts == NULL) return NULL;
+    if ((PyObject *)Py_TYPE(ts) != k->timestep_type || PyTuple_GET_SIZE(ts) != N_LEAVES
+        || PyTuple_GET_ITEM(ts, 0) != k->mid)
+        return hand_over(k, action, ts);
+
+    PyObject *count = PyObject_GetAttr(k->buffer, s_num_steps);
+    if (count == NULL) goto error;
+    if (!PyLong_CheckExact(count)) {
+        Py_DECREF(count);
+        return hand_over(k, action, ts);
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(count);
+    Py_DECREF(count);
+    if (n == -1 && PyErr_Occurred()) goto error;
+    if (n <= 0) return hand_over(k, action, ts); /* not started: the Python step says so */
+
+    PyObject *values[N_LEAVES] = {
+        action, PyTuple_GET_ITEM(ts, 1), PyTuple_GET_ITEM(ts, 2), PyTuple_GET_ITEM(ts, 3)};
+    for (int i = 0; i < N_LEAVES; i++) {
+        int takes = leaf_takes(&k->leaves[i], values[i]);
+        if (takes < 0) goto error;
+        if (!takes) return hand_over(k, action, ts);
+    }
+    /* Every item is made before any append: a failed copy leaves the columns as they were. */
+    PyObject *items[N_LEAVES];
+    for (int i = 0; i < N_LEAVES; i++) {
+        items[i] = leaf_item(&k->leaves[i], values[i]);
+        if (items[i] == NULL) {
+            while (i--) Py_DECREF(items[i]);
+            goto error;
+        }
+    }
+    int failed = 0;
+    for (int i = 0; i < N_LEAVES; i++) {
+        if (!failed && PyList_Append(k->leaves[i].list, items[i]) < 0) failed = 1;
+        Py_DECREF(items[i]);
+    }
+    if (failed) {
+        /* All or none, as the Python step: roll the columns back to n steps. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyObject *steps = PyLong_FromSsize_t(n);
+        PyObject *done = steps ? PyObject_CallMethodOneArg(k->buffer, s_rollback, steps) : NULL;
+        Py_XDECREF(steps);
+        Py_XDECREF(done);
+        PyErr_Restore(type, value, tb);
+        goto error;
+    }
+    PyObject *next = PyLong_FromSsize_t(n + 1);
+    if (next == NULL) goto error;
+    int set = PyObject_SetAttr(k->buffer, s_num_steps, next);
+    Py_DECREF(next);
+    if (set < 0) goto error;
+    return ts;
+
+error:
+    Py_DECREF(ts);
+    return NULL;
+}
+
+static int
+parse_leaf(Leaf *leaf, PyObject *spec)
+{
+    int kind, float_first;
+    PyObject *list, *types, *dtype, *shape;
+    Py_ssize_t nbytes;
+    if (!PyArg_ParseTuple(spec, "iO!OpOO!n;a leaf is (kind, list, types, float_first, dtype, "
+                                "shape, nbytes)",
+                          &kind, &PyList_Type, &list, &types, &float_first, &dtype,
+                          &PyTuple_Type, &shape, &nbytes))
+        return -1;
+    if (kind == LEAF_ARRAY) {
+        if (!PyArray_DescrCheck(dtype) || PyTuple_GET_SIZE(shape) > NPY_MAXDIMS || nbytes < 0) {
+            PyErr_SetString(PyExc_ValueError, "an array leaf needs a dtype, a shape and nbytes");
+            return -1;
+        }
+        leaf->ndim = (int)PyTuple_GET_SIZE(shape);
+        for (int i = 0; i < leaf->ndim; i++) {
+            leaf->dims[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+            if (leaf->dims[i] == -1 && PyErr_Occurred()) return -1;
+        }
+    } else if (kind == LEAF_INT64 || kind == LEAF_SCALAR) {
+        if (!PyAnySet_Check(types)) {
+            PyErr_SetString(PyExc_TypeError, "a scalar leaf's types must be a set");
+            return -1;
+        }
+    } else {
+        PyErr_Format(PyExc_ValueError, "unknown leaf kind %d", kind);
+        return -1;
+    }
+    leaf->kind = kind;
+    leaf->float_first = float_first;
+    leaf->nbytes = nbytes;
+    leaf->list = Py_NewRef(list);
+    leaf->types = Py_NewRef(types);
+    leaf->dtype = Py_NewRef(dtype);
+    return 0;
+}
+
+static int
+kernel_traverse(StepKernel *k, visitproc visit, void *arg)
+{
+    Py_VISIT(k->env_step);
+    Py_VISIT(k->timestep_type);
+    Py_VISIT(k->mid);
+    Py_VISIT(k->after);
+    Py_VISIT(k->buffer);
+    for (int i = 0; i < N_LEAVES; i++) {
+        Py_VISIT(k->leaves[i].list);
+        Py_VISIT(k->leaves[i].types);
+        Py_VISIT(k->leaves[i].dtype);
+    }
+    return 0;
+}
+
+static int
+kernel_clear(StepKernel *k)
+{
+    Py_CLEAR(k->env_step);
+    Py_CLEAR(k->timestep_type);
+    Py_CLEAR(k->mid);
+    Py_CLEAR(k->after);
+    Py_CLEAR(k->buffer);
+    for (int i = 0; i < N_LEAVES; i++) {
+        Py_CLEAR(k->leaves[i].list);
+        Py_CLEAR(k->leaves[i].types);
+        Py_CLEAR(k->leaves[i].dtype);
+    }
+    return 0;
+}
+
+static void
+kernel_dealloc(StepKernel *k)
+{
+    PyObject_GC_UnTrack(k);
+    kernel_clear(k);
+    Py_TYPE(k)->tp_free((PyObject *)k);
+}
+
+static PyObject *
+kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *env_step, *timestep_type, *mid, *after, *buffer, *leaves;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "StepKernel takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OOOOOO!:StepKernel", &env_step, &timestep_type, &mid, &after,
+                          &buffer, &PyTuple_Type, &leaves))
+        return NULL;
+    if (!PyCallable_Check(env_step) || !PyCallable_Check(after) || !PyType_Check(timestep_type)
+        || !PyType_IsSubtype((PyTypeObject *)timestep_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "StepKernel(env_step, timestep_type, mid, after, buffer, leaves): "
+                        "callables and a tuple type");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(leaves) != N_LEAVES) {
+        PyErr_Format(PyExc_ValueError, "StepKernel needs %d leaves", N_LEAVES);
+        return NULL;
+    }
+    StepKernel *k = (StepKernel *)type->tp_alloc(type, 0);
+    if (k == NULL) return NULL;
+    k->vectorcall = kernel_vectorcall;
+    k->env_step = Py_NewRef(env_step);
+    k->timestep_type = Py_NewRef(timestep_type);
+    k->mid = Py_NewRef(mid);
+    k->after = Py_NewRef(after);
+    k->buffer = Py_NewRef(buffer);
+    for (int i = 0; i < N_LEAVES; i++) {
+        if (parse_leaf(&k->leaves[i], PyTuple_GET_ITEM(leaves, i)) < 0) {
+            Py_DECREF(k);
+            return NULL;
+        }
+    }
+    return (PyObject *)k;
+}
+
+static PyMemberDef kernel_members[] = {
+    {"after", T_OBJECT, offsetof(StepKernel, after), READONLY,
+     "after(action, timestep): the Python step without the env call, for what this one does not take"},
+    {NULL},
+};
+
+static PyTypeObject StepKernelType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rlds_writer.record._step_kernel.StepKernel",
+    .tp_basicsize = sizeof(StepKernel),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Steps the env and records the transition (see dm_env.Environment.step).",
+    .tp_new = kernel_new,
+    .tp_dealloc = (destructor)kernel_dealloc,
+    .tp_traverse = (traverseproc)kernel_traverse,
+    .tp_clear = (inquiry)kernel_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_members = kernel_members,
+    .tp_vectorcall_offset = offsetof(StepKernel, vectorcall),
+};
+
+static struct PyModuleDef kernel_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_step_kernel",
+    .m_doc = "EnvLogger's mid-episode step in C (record/step_kernel.py).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC
+PyInit__step_kernel(void)
+{
+    import_array();
+    s_num_steps = PyUnicode_InternFromString("num_steps");
+    s_tobytes = PyUnicode_InternFromString("tobytes");
+    s_rollback = PyUnicode_InternFromString("_rollback");
+    s_action = PyUnicode_InternFromString("action");
+    if (!s_num_steps || !s_tobytes || !s_rollback || !s_action) return NULL;
+    if (PyType_Ready(&StepKernelType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&kernel_module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "StepKernel", (PyObject *)&StepKernelType) < 0
+        || PyModule_AddIntConstant(m, "LEAF_INT64", LEAF_INT64) < 0
+        || PyModule_AddIntConstant(m, "LEAF_SCALAR", LEAF_SCALAR) < 0
+        || PyModule_AddIntConstant(m, "LEAF_ARRAY", LEAF_ARRAY) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

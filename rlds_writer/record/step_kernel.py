@@ -1,0 +1,78 @@
+"""`EnvLogger`'s mid-episode step in C, where the extension was built.
+
+The generated Python step (`record.appender`, compiled into `EnvLogger.step`
+by `record.dm_env`) spends most of what recording adds to a cheap env's step
+in the interpreter: attribute reads, type tests, the `tobytes` call. The
+`StepKernel` of `_step_kernel.c` does the same tests and appends in C for the
+layouts every column of which says how (`kernel_leaf`: a scalar or a small
+fixed-shape array, no step metadata); whatever it does not take as it is
+goes to the Python step, which casts, refuses or records as always. The
+columns receive the same values either way, so the datasets are identical.
+
+The extension is optional: a build without a C compiler, or
+`RLDS_WRITER_PURE_PYTHON=1` (at build time: no extension is built; at run
+time: none is used), records with the Python step.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+_log = logging.getLogger(__name__)
+
+# Set to anything but "" or "0": no C step is built (setup.py) or used (here).
+PURE_PYTHON_ENV = "RLDS_WRITER_PURE_PYTHON"
+
+_KINDS = {"int64": "LEAF_INT64", "scalar": "LEAF_SCALAR", "array": "LEAF_ARRAY"}
+
+
+def disabled() -> bool:
+    """Whether `RLDS_WRITER_PURE_PYTHON` asks for the Python step."""
+    return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+
+
+@functools.cache
+def _module() -> Any:
+    try:
+        from rlds_writer.record import _step_kernel
+    except ImportError as e:  # not built (no compiler), or built against another numpy
+        _log.debug("no C step (%s): recording with the Python step", e)
+        return None
+    return _step_kernel
+
+
+def available() -> bool:
+    """Whether the C step is built and not disabled."""
+    return not disabled() and _module() is not None
+
+
+def step_kernel(
+    env_step: Callable[[Any], Any],
+    timestep_type: type,
+    mid: Any,
+    after: Callable[[Any, Any], Any],
+    buffer: Any,
+    leaves: tuple | None,
+) -> Callable[[Any], Any] | None:
+    """The C `step(action)` for one episode buffer, or None where it cannot run.
+
+    Args:
+      env_step: the env's `step`.
+      timestep_type: `dm_env.TimeStep`; another type goes to `after`.
+      mid: `dm_env.StepType.MID`; another step type goes to `after`.
+      after: `after(action, timestep)`, the Python step without the env call.
+      buffer: the `EpisodeBuffer` (`num_steps`, `_rollback`).
+      leaves: the columns' `kernel_leaf()` for the action, reward, discount
+        and observation, or None if one of them has none.
+    """
+    if leaves is None or disabled():
+        return None
+    module = _module()
+    if module is None:
+        return None
+    specs = tuple((getattr(module, _KINDS[kind]), *rest) for kind, *rest in leaves)
+    return module.StepKernel(env_step, timestep_type, mid, after, buffer, specs)

@@ -1,0 +1,238 @@
+"""EnvLogger's C step (`record.step_kernel`) records exactly what its Python step records.
+
+Each test records the same scripted episodes twice, once with the C step and
+once with RLDS_WRITER_PURE_PYTHON=1, and compares the shard files byte for
+byte and the errors raised. The scripts hold values the C step takes as they
+are and values it must leave to the Python step: other scalar types, ints out
+of int64, non-contiguous, byte-swapped, subclassed and misshapen arrays,
+lists, other step and timestep types, an env whose step raises.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import sys
+import sysconfig
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dm_env
+import numpy as np
+import pytest
+from dm_env import specs
+from helpers_core import load_episodes
+
+import rlds_writer
+from rlds_writer.errors import StepValueError
+from rlds_writer.record import step_kernel
+
+_SHAPE = (3, 2)
+
+
+def _obs(t: float) -> np.ndarray:
+    return np.arange(6, dtype=np.float32).reshape(_SHAPE) + t
+
+
+class _Timestep(dm_env.TimeStep):
+    """A TimeStep subclass: only the Python step reads it (by attribute)."""
+
+
+class _Scripted(dm_env.Environment):
+    """Each step gives the next scripted timestep (a callable returning one, or raising)."""
+
+    def __init__(self, episodes: list[list[Callable[[], dm_env.TimeStep]]]):
+        self._episodes = episodes
+        self._episode = -1
+        self._t = 0
+
+    def reset(self) -> dm_env.TimeStep:
+        self._episode += 1
+        self._t = 0
+        return dm_env.restart(_obs(0))
+
+    def step(self, action: Any) -> dm_env.TimeStep:
+        make = self._episodes[self._episode][self._t]
+        self._t += 1
+        return make()
+
+    def observation_spec(self) -> specs.Array:
+        return specs.Array(_SHAPE, np.float32)
+
+    def action_spec(self) -> specs.DiscreteArray:
+        return specs.DiscreteArray(5, dtype=np.int64)
+
+    def reward_spec(self) -> specs.Array:
+        return specs.Array((), np.float32)
+
+    def discount_spec(self) -> specs.BoundedArray:
+        return specs.BoundedArray((), np.float32, 0.0, 1.0)
+
+
+def _mid(reward: Any, observation: Any, discount: Any = 1.0) -> Callable[[], dm_env.TimeStep]:
+    return lambda: dm_env.TimeStep(dm_env.StepType.MID, reward, discount, observation)
+
+
+def _last(reward: Any = 1.0) -> Callable[[], dm_env.TimeStep]:
+    return lambda: dm_env.termination(reward=reward, observation=_obs(99))
+
+
+def _raises() -> dm_env.TimeStep:
+    raise ValueError("the env failed")
+
+
+def _fortran() -> np.ndarray:
+    return np.asfortranarray(_obs(5))
+
+
+def _strided() -> np.ndarray:
+    return np.repeat(_obs(6), 2, axis=1)[:, ::2]
+
+
+class _Sub(np.ndarray):
+    pass
+
+
+# (action, timestep) per step; the last step of each episode ends it.
+_EPISODES: list[list[tuple[Any, Callable[[], dm_env.TimeStep]]]] = [
+    # Values the C step takes as they are.
+    [
+        (1, _mid(0.5, _obs(1))),
+        (2, _mid(0.25, _obs(2), 0.5)),
+        (0, _mid(-1.0, _obs(3))),
+        (4, _last()),
+    ],
+    # Other forms, which the Python step casts.
+    [
+        (np.int64(3), _mid(np.float32(0.5), _obs(1))),
+        (True, _mid(2, _obs(2), np.float64(1.0))),
+        (1, _mid(0.5, _fortran())),
+        (1, lambda: dm_env.TimeStep(dm_env.StepType.MID, 0.5, 1.0, _strided())),
+        (1, _mid(0.5, _obs(7).astype(">f4"))),
+        (1, _mid(0.5, _obs(8).astype(np.float64))),
+        (1, _mid(0.5, _obs(9).tolist())),
+        (1, lambda: _Timestep(dm_env.StepType.MID, 0.5, 1.0, _obs(10))),
+        (1, _mid(0.5, _obs(11).view(_Sub))),
+        (2, _last(0.0)),
+    ],
+    # A refused value ends the episode there, cut short; the env's last step is not recorded.
+    [(1, _mid(0.5, _obs(1))), (2**63, _mid(0.5, _obs(2))), (1, _last())],
+    [(1, _mid(0.5, _obs(1))), (1, _mid(0.5, np.zeros((2, 3), np.float32))), (1, _last())],
+    [(1, _mid(0.5, _obs(1))), (1, _mid(None, _obs(2))), (1, _last())],
+    [(1, _mid(0.5, _obs(1))), (1, _mid("0.5", _obs(2))), (1, _last())],
+    # The env fails mid-episode: nothing is recorded for that step, and the episode goes on.
+    [(1, _mid(0.5, _obs(1))), (1, _raises), (1, _mid(0.5, _obs(2))), (1, _last())],
+    # The env restarts mid-episode: the open episode ends cut short, a new one begins.
+    [
+        (1, _mid(0.5, _obs(1))),
+        (1, lambda: dm_env.restart(_obs(50))),
+        (1, _mid(0.5, _obs(2))),
+        (1, _last()),
+    ],  # fmt: skip
+]
+
+
+def _record(path: Path, pure_python: bool, monkeypatch) -> tuple[list[str], set[str]]:
+    """Records `_EPISODES`; returns the errors raised and the types `step` had."""
+    if pure_python:
+        monkeypatch.setenv(step_kernel.PURE_PYTHON_ENV, "1")
+    else:
+        monkeypatch.delenv(step_kernel.PURE_PYTHON_ENV, raising=False)
+    env = _Scripted([[make for _, make in steps] for steps in _EPISODES])
+    errors, kinds = [], set()
+    with rlds_writer.EnvLogger(env, data_directory=str(path), max_episodes_per_file=3) as logged:
+        for steps in _EPISODES:
+            logged.reset()
+            kinds.add(type(logged.step).__name__)
+            for action, _ in steps:
+                try:
+                    logged.step(action)
+                except (StepValueError, ValueError) as e:
+                    errors.append(f"{type(e).__name__}: {e}")
+    return errors, kinds
+
+
+def _shards(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.glob("*.tfrecord-*"))}
+
+
+def test_the_c_step_records_the_same_shards_and_raises_the_same_errors(tmp_path, monkeypatch):
+    if not step_kernel.available():
+        pytest.skip("the C step is not built (no C compiler at install)")
+    c_errors, c_kinds = _record(tmp_path / "c", False, monkeypatch)
+    py_errors, py_kinds = _record(tmp_path / "py", True, monkeypatch)
+    assert c_kinds == {"StepKernel"} and py_kinds == {"function"}
+    assert c_errors == py_errors
+    assert any("out of range" in e for e in c_errors)
+    assert sum("the env failed" in e for e in c_errors) == 1
+    c_shards, py_shards = _shards(tmp_path / "c"), _shards(tmp_path / "py")
+    assert c_shards and c_shards == py_shards
+    episodes = load_episodes(tmp_path / "c")
+    assert len(episodes) == 9  # the restart splits one env episode in two
+    np.testing.assert_array_equal(episodes[0]["steps"][1]["observation"], _obs(1))
+    np.testing.assert_array_equal(episodes[1]["steps"][3]["observation"], _fortran())
+    np.testing.assert_array_equal(episodes[1]["steps"][4]["observation"], _strided())
+
+
+def test_the_c_step_takes_the_catch_layout_and_leaves_others_to_the_python_step(tmp_path):
+    if not step_kernel.available():
+        pytest.skip("the C step is not built (no C compiler at install)")
+    env = _Scripted([[_mid(0.5, _obs(1))] * 3 + [_last()]] * 3)
+    with rlds_writer.EnvLogger(env, data_directory=str(tmp_path / "a")) as logged:
+        logged.reset()
+        assert type(logged.step).__name__ == "StepKernel"
+        assert logged.step(action=1).step_type == dm_env.StepType.MID  # by keyword, as dm_env
+        with pytest.raises(TypeError, match="one argument"):
+            logged.step()
+        with pytest.raises(TypeError, match="one argument"):
+            logged.step(1, 2)
+    # With a user function to call per step, the Python step runs.
+    env = _Scripted([[_mid(0.5, _obs(1))] * 3 + [_last()]])
+    path = str(tmp_path / "b")
+    with rlds_writer.EnvLogger(env, data_directory=path, episode_fn=lambda *a: None) as logged:
+        logged.reset()
+        assert "step" not in logged.__dict__
+
+
+def test_the_c_step_keeps_no_reference_to_what_it_records_and_lets_the_env_go(tmp_path, step_path):
+    observation = _obs(3)
+    reward = float("0.125")  # one object, counted below
+    action = int("1000003")  # an int object of its own (not a cached small int)
+    # The last step goes to the Python step: the C step hands its timestep over.
+    last = lambda: dm_env.termination(reward=reward, observation=observation)  # noqa: E731
+    steps = [_mid(reward, observation)] * 50 + [last]
+    env = _Scripted([steps] * 20)
+    counts = sys.getrefcount(observation), sys.getrefcount(reward), sys.getrefcount(action)
+    logged = rlds_writer.EnvLogger(env, data_directory=str(tmp_path / "d"))
+    for _ in range(20):
+        logged.reset()
+        for _ in steps:
+            logged.step(action)
+    logged.close()
+    del steps, last
+    env._episodes = None
+    assert (sys.getrefcount(observation), sys.getrefcount(reward), sys.getrefcount(action)) == (
+        counts[0] - 1,  # the scripted mid step's function held one
+        counts[1] - 1,
+        counts[2],
+    )
+    gone = weakref.ref(env)
+    del env, logged
+    gc.collect()
+    assert gone() is None
+    assert len(load_episodes(tmp_path / "d")) == 20
+
+
+def test_an_install_with_a_c_compiler_builds_the_c_step():
+    if step_kernel.disabled():
+        pytest.skip(f"{step_kernel.PURE_PYTHON_ENV} is set: no C step is built or used")
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None and shutil.which(os.environ.get("CC", "cc")) is None:
+        pytest.skip("no C compiler here: the package records with its Python step")
+    assert step_kernel.available(), (
+        "a C compiler is here but rlds_writer.record._step_kernel is not built: "
+        "reinstall (pip install -e .) to build it"
+    )
