@@ -389,6 +389,9 @@ class Recorder:
             empty_dicts=self.writer.encoder.empty_dicts,
             streamed=self.writer.encoder.streamed,
         )
+        # The first episode's buffer (its step compiled) is made with the writer, not
+        # at the first reset.
+        self._free.append(self._fields.new_buffer())
         steps_feature = self.writer.features[field_specs.STEPS].feature
         self._zeros = {
             key: field_specs.zero_value(steps_feature[key])

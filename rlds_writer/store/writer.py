@@ -108,8 +108,9 @@ class DatasetWriter:
         commit_interval: float = 10.0,
         image_workers: int = 2,
     ):
-        if file_format not in shards.names():
-            raise ValueError(f"file_format must be one of {shards.names()}, got {file_format!r}")
+        # Loaded now, not at the first episode: a format that cannot load fails here,
+        # and the first episode's end does not pay the import.
+        shards.adapter(file_format)
         if max_episodes_per_file < 1:
             raise ValueError(f"max_episodes_per_file must be >= 1, got {max_episodes_per_file}")
         self.path = as_path(data_directory)
