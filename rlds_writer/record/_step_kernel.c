@@ -47,6 +47,7 @@ typedef struct {
     PyObject *mid;
     PyObject *after;
     PyObject *buffer;
+    Py_ssize_t count_offset; /* where the buffer's `num_steps` slot lives */
     Leaf leaves[N_LEAVES];
 } StepKernel;
 
@@ -123,14 +124,9 @@ kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject
         || PyTuple_GET_ITEM(ts, 0) != k->mid)
         return hand_over(k, action, ts);
 
-    PyObject *count = PyObject_GetAttr(k->buffer, s_num_steps);
-    if (count == NULL) goto error;
-    if (!PyLong_CheckExact(count)) {
-        Py_DECREF(count);
-        return hand_over(k, action, ts);
-    }
-    Py_ssize_t n = PyLong_AsSsize_t(count);
-    Py_DECREF(count);
+    PyObject **count = (PyObject **)((char *)k->buffer + k->count_offset);
+    if (*count == NULL || !PyLong_CheckExact(*count)) return hand_over(k, action, ts);
+    Py_ssize_t n = PyLong_AsSsize_t(*count);
     if (n == -1 && PyErr_Occurred()) goto error;
     if (n <= 0) return hand_over(k, action, ts); /* not started: the Python step says so */
 
@@ -168,9 +164,7 @@ kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject
     }
     PyObject *next = PyLong_FromSsize_t(n + 1);
     if (next == NULL) goto error;
-    int set = PyObject_SetAttr(k->buffer, s_num_steps, next);
-    Py_DECREF(next);
-    if (set < 0) goto error;
+    Py_SETREF(*count, next);
     return ts;
 
 error:
@@ -275,6 +269,20 @@ kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                         "callables and a tuple type");
         return NULL;
     }
+    /* The slot's offset, as its member descriptor reads and writes it. */
+    PyObject *slot = PyObject_GetAttr((PyObject *)Py_TYPE(buffer), s_num_steps);
+    if (slot == NULL) return NULL;
+    Py_ssize_t count_offset = -1;
+    if (Py_IS_TYPE(slot, &PyMemberDescr_Type)) {
+        PyMemberDef *member = ((PyMemberDescrObject *)slot)->d_member;
+        if (member->type == T_OBJECT_EX && !(member->flags & READONLY))
+            count_offset = member->offset;
+    }
+    Py_DECREF(slot);
+    if (count_offset < 0) {
+        PyErr_SetString(PyExc_TypeError, "the buffer's num_steps must be a writable slot");
+        return NULL;
+    }
     if (PyTuple_GET_SIZE(leaves) != N_LEAVES) {
         PyErr_Format(PyExc_ValueError, "StepKernel needs %d leaves", N_LEAVES);
         return NULL;
@@ -287,6 +295,7 @@ kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     k->mid = Py_NewRef(mid);
     k->after = Py_NewRef(after);
     k->buffer = Py_NewRef(buffer);
+    k->count_offset = count_offset;
     for (int i = 0; i < N_LEAVES; i++) {
         if (parse_leaf(&k->leaves[i], PyTuple_GET_ITEM(leaves, i)) < 0) {
             Py_DECREF(k);

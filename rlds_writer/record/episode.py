@@ -151,6 +151,14 @@ class EpisodeBuffer:
     it was before the call, and the error propagates.
     """
 
+    # Slots: `num_steps` is read and written at every step, by the C step too
+    # (record/step_kernel.py), which reaches a slot without an attribute lookup.
+    __slots__ = (
+        "layout", "columns", "_obs_columns", "_transition_columns", "_obs", "_action",
+        "_reward", "_discount", "_meta", "_episode_values", "_large_columns", "_other_columns",
+        "add", "num_steps", "_zero_appends", "_column_items", "_resets",
+    )  # fmt: skip
+
     def __init__(self, layout: StepFields):
         self.layout = layout
         self.columns: dict[str, Any] = {}

@@ -65,7 +65,7 @@ def step_kernel(
       timestep_type: `dm_env.TimeStep`; another type goes to `after`.
       mid: `dm_env.StepType.MID`; another step type goes to `after`.
       after: `after(action, timestep)`, the Python step without the env call.
-      buffer: the `EpisodeBuffer` (`num_steps`, `_rollback`).
+      buffer: the `EpisodeBuffer` (its `num_steps` slot, `_rollback`).
       leaves: the columns' `kernel_leaf()` for the action, reward, discount
         and observation, or None if one of them has none.
     """

@@ -163,10 +163,14 @@ def test_the_release_passes_twine_check_and_declares_version_license_and_classif
         300,
     )
     version = rlds_writer.__version__
-    assert release["wheel"].name.startswith(f"rlds_writer-{version}-py3-none-any")
+    # EnvLogger's C step makes the wheel this interpreter's and platform's (the
+    # machine that builds the release has a C compiler).
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    assert release["wheel"].name.startswith(f"rlds_writer-{version}-{tag}-{tag}-"), release
     with zipfile.ZipFile(release["wheel"]) as whl:
         metadata = whl.read(f"rlds_writer-{version}.dist-info/METADATA").decode()
         names = whl.namelist()
+    assert any(n.startswith("rlds_writer/record/_step_kernel.") for n in names), names
     assert f"\nVersion: {version}\n" in metadata
     assert "\nLicense-Expression: Apache-2.0\n" in metadata
     assert "\nLicense-File: LICENSE\n" in metadata
@@ -187,10 +191,35 @@ def test_the_release_passes_twine_check_and_declares_version_license_and_classif
         "pyproject.toml",
         "tests/conftest.py",
         "docs/architecture.md",
+        "rlds_writer/record/_step_kernel.c",
     ):
         assert name in members, name
     assert "Apache License" in (_ROOT / "LICENSE").read_text()
     assert f"## {version}" in (_ROOT / "CHANGELOG.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.release
+def test_a_pure_python_build_makes_a_wheel_for_any_platform(release, tmp_path):
+    """RLDS_WRITER_PURE_PYTHON=1 at build time: no C step, a py3-none-any wheel."""
+    import zipfile
+
+    out = tmp_path / "pure"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["RLDS_WRITER_PURE_PYTHON"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--wheel", "-o", str(out)]
+        + [str(release["sdist"])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (wheel,) = out.glob("rlds_writer-*.whl")
+    assert "-py3-none-any" in wheel.name, wheel.name
+    with zipfile.ZipFile(wheel) as whl:
+        assert not [n for n in whl.namelist() if n.endswith(".so")]
 
 
 @pytest.mark.slow
