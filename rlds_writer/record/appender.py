@@ -55,6 +55,7 @@ function's `source` attribute, and `inspect.getsource` and tracebacks show it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import linecache
 from collections.abc import Callable, Mapping
@@ -216,15 +217,22 @@ def compile_source(text: str, names: Mapping[str, Any], function: str) -> Callab
 
     The source gets a file name of its own, with the text in linecache (as
     attrs does): a traceback, pdb and `inspect.getsource` show the generated
-    lines. The function's `source` attribute is the text.
+    lines. The function's `source` attribute is the text. A text compiled
+    before in the process (the same layout, another buffer or recording) is
+    not compiled again: only its names differ.
     """
     namespace = dict(names)
-    filename = f"<rlds_writer step {function} {next(_compiled)}>"
-    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
-    exec(compile(text, filename, "exec"), namespace)  # noqa: S102
+    exec(_compiled_code(text, function), namespace)  # noqa: S102
     fn = namespace[function]
     fn.source = text
     return fn
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_code(text: str, function: str) -> Any:
+    filename = f"<rlds_writer step {function} {next(_compiled)}>"
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    return compile(text, filename, "exec")
 
 
 def compile_step_add(

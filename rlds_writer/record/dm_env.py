@@ -112,8 +112,12 @@ class EnvLogger(dm_env.Environment):
 
     def _begin(self, timestep: dm_env.TimeStep) -> None:
         self._unbind()
-        self._backend.begin_episode(timestep.observation, self._step_metadata(timestep, None))
-        self._episode_metadata(timestep, None)
+        if self._plain:
+            self._backend.begin_episode(timestep.observation)
+        else:
+            meta = self._step_metadata(timestep, None)
+            self._backend.begin_episode(timestep.observation, meta)
+            self._episode_metadata(timestep, None)
         # Bound to this episode: one call per step instead of three.
         self._add = self._backend.step_adder()
         if self._plain and type(self).step is EnvLogger.step:

@@ -47,13 +47,17 @@ def _varint_slow(n: int) -> bytes:
 
 
 # Lengths of keys, headers and small features repeat: look them up.
-_SMALL_VARINTS = [_varint_slow(i) for i in range(1 << 14)]
+_SMALL_VARINTS = [bytes((i,)) for i in range(128)] + [
+    bytes((i & 0x7F | 0x80, i >> 7)) for i in range(128, 1 << 14)
+]
 
 
 def varint(n: int) -> bytes:
     """Encodes a non-negative int as a protobuf varint."""
     if n < 16384:
         return _SMALL_VARINTS[n]
+    if n < 1 << 21:  # a record of a short episode: 3 bytes, without the loop
+        return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14))
     return _varint_slow(n)
 
 

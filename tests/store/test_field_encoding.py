@@ -88,3 +88,12 @@ def test_heads_stay_right_past_the_cache_of_lengths():
         entries = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
         example = tf.train.Example.FromString(b"\x0a" + varint(length) + entries)
         assert list(example.features.feature["steps/x"].float_list.value) == values.tolist()
+
+
+def test_varints_match_protobufs_own_encoder_at_every_width_boundary():
+    from google.protobuf.internal.encoder import _VarintBytes
+
+    for bits in range(0, 64, 7):
+        for n in {(1 << bits) - 1, 1 << bits, (1 << bits) + 1, 3 << bits}:
+            if 0 <= n < 1 << 63:
+                assert varint(n) == _VarintBytes(n), n
