@@ -17,6 +17,7 @@ time: none is used), records with the Python step.
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import os
 from collections.abc import Callable
@@ -38,11 +39,10 @@ def disabled() -> bool:
 @functools.cache
 def _module() -> Any:
     try:
-        from rlds_writer.record import _step_kernel
+        return importlib.import_module("rlds_writer.record._step_kernel")
     except ImportError as e:  # not built (no compiler), or built against another numpy
         _log.debug("no C step (%s): recording with the Python step", e)
         return None
-    return _step_kernel
 
 
 def available() -> bool:

@@ -236,3 +236,23 @@ def test_an_install_with_a_c_compiler_builds_the_c_step():
         "a C compiler is here but rlds_writer.record._step_kernel is not built: "
         "reinstall (pip install -e .) to build it"
     )
+
+
+def test_without_the_built_c_step_the_python_step_records(tmp_path, monkeypatch):
+    # As after an install without a C compiler: the module cannot be imported.
+    monkeypatch.setitem(sys.modules, "rlds_writer.record._step_kernel", None)
+    monkeypatch.delenv(step_kernel.PURE_PYTHON_ENV, raising=False)
+    step_kernel._module.cache_clear()
+    try:
+        assert not step_kernel.available()
+        env = _Scripted([[_mid(0.5, _obs(1))] * 3 + [_last()]] * 2)
+        with rlds_writer.EnvLogger(env, data_directory=str(tmp_path / "d")) as logged:
+            for _ in range(2):
+                logged.reset()
+                assert type(logged.step).__name__ == "function"
+                for _ in range(4):
+                    logged.step(1)
+    finally:
+        step_kernel._module.cache_clear()
+    episodes = load_episodes(tmp_path / "d")
+    assert [len(e["steps"]) for e in episodes] == [5, 5]
