@@ -6,7 +6,10 @@ a state vector and step metadata), with each trick of the per-step path on
 and off, variants interleaved in one process so that a loaded machine slows
 them alike:
 
-* **shipped**: as the package is;
+* **shipped**: as the package is (where its C step is built: EnvLogger's
+  mid-episode step in C, `record/step_kernel.py`);
+* **no C step**: shipped with `RLDS_WRITER_PURE_PYTHON=1`: the generated
+  Python step in the closure;
 * **no closure**: `EnvLogger.step` as a plain method (the closure
   `_mid_episode_step` installs at `reset()` is left out);
 * **no compiled add**: the episode buffer's checked closures
@@ -41,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report_sections import add_report_argument, write_section  # noqa: E402
 
 SECTION = "## Per-step speed tricks"
-VARIANTS = ("shipped", "no closure", "no compiled add", "neither")
+VARIANTS = ("shipped", "no C step", "no closure", "no compiled add", "neither")
 # Each run is timed three ways: wall clock, CPU of the whole process (the
 # writer's thread included), CPU of the env thread alone (what a loaded
 # machine distorts least: waiting for a core or for the GIL is not counted).
@@ -63,6 +66,11 @@ def _variant(name: str) -> Iterator[type]:
                 return self._record(self._env.step(action), action)
 
         logger = MethodStep
+    from rlds_writer.record import step_kernel
+
+    pure = os.environ.get(step_kernel.PURE_PYTHON_ENV)
+    if name == "no C step":
+        os.environ[step_kernel.PURE_PYTHON_ENV] = "1"
     compiled = episode.compile_step_add
     if name in ("no compiled add", "neither"):
         # The buffer's `add` is then the checked closures' form.
@@ -71,6 +79,10 @@ def _variant(name: str) -> Iterator[type]:
         yield logger
     finally:
         episode.compile_step_add = compiled
+        if pure is None:
+            os.environ.pop(step_kernel.PURE_PYTHON_ENV, None)
+        else:
+            os.environ[step_kernel.PURE_PYTHON_ENV] = pure
 
 
 def _bare(case) -> tuple[float, float, float]:
