@@ -153,13 +153,21 @@ kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject
     }
     if (failed) {
         /* All or none, as the Python step: roll the columns back to n steps. */
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *raised = PyErr_GetRaisedException();
+#else
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
+#endif
         PyObject *steps = PyLong_FromSsize_t(n);
         PyObject *done = steps ? PyObject_CallMethodOneArg(k->buffer, s_rollback, steps) : NULL;
         Py_XDECREF(steps);
         Py_XDECREF(done);
+#if PY_VERSION_HEX >= 0x030C0000
+        PyErr_SetRaisedException(raised);
+#else
         PyErr_Restore(type, value, tb);
+#endif
         goto error;
     }
     PyObject *next = PyLong_FromSsize_t(n + 1);
