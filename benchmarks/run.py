@@ -593,6 +593,14 @@ def _report(
                 f"{r['ours_us_per_step']:.2f} µs",
             )
         )
+        total = (r["bare_us_per_step"] + r["ours_us_per_step"]) / r["bare_us_per_step"]
+        checks.append(
+            (
+                "Catch-like recording within 2x the bare loop (issue 26)",
+                total <= 2.0,
+                f"{total:.2f}x",
+            )
+        )
     if "image_bytes" in by:
         r = by["image_bytes"]
         ratio = r["limit_plain_mb_s"] / r["ours_mb_s"]

@@ -134,6 +134,12 @@ class _ScalarColumn:
             return {"others": self._fast - {int}, "push": self.items.append}
         return {"types": self._fast, "push": self.items.append}
 
+    def zero_append(self, zero: Any) -> tuple[Callable[[], int], Callable[[Any], None], Any]:
+        """(size, push, value) that `EpisodeBuffer.finish` uses to add the final step's zero."""
+        if type(zero) in self._fast:  # taken as it is: no check to run at every episode end
+            return self.items.__len__, self.items.append, zero
+        return self.items.__len__, self.append, zero
+
     def kernel_leaf(self) -> tuple:
         """The same test and append for the C step (`record.step_kernel`)."""
         if self.dtype == np.int64:
@@ -230,6 +236,12 @@ class _ArrayColumn:
     def inline_names(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "shape": self.shape, "push": self.rows.append}
 
+    def zero_append(self, zero: Any) -> tuple[Callable[[], int], Callable[[Any], None], Any]:
+        """(size, push, value) that `EpisodeBuffer.finish` uses to add the final step's zero."""
+        if type(zero) is np.ndarray and zero.dtype is self.dtype and zero.shape == self.shape:
+            return self.rows.__len__, self.rows.append, zero.tobytes()  # what `append` stores
+        return self.rows.__len__, self.append, zero
+
     def kernel_leaf(self) -> tuple:
         """The same test and append for the C step (`record.step_kernel`)."""
         nbytes = self.dtype.itemsize * math.prod(self.shape)
@@ -267,6 +279,10 @@ class _ChecksItself:
 
     def inline_names(self) -> dict[str, Any]:
         return {"append": self.append}
+
+    def zero_append(self, zero: Any) -> tuple[Callable[[], int], Callable[[Any], None], Any]:
+        """(size, push, value) that `EpisodeBuffer.finish` uses to add the final step's zero."""
+        return (lambda: self.n), self.append, zero
 
     def kernel_leaf(self) -> None:
         """None: the C step cannot take what `append` checks (`record.step_kernel`)."""

@@ -215,7 +215,9 @@ class EpisodeBuffer:
         self.num_steps = 0
         # For `finish`, which runs once per episode (per 100 steps in Catch):
         # its loops without dict lookups or bound-method lookups.
-        self._zero_appends = [(self.columns[key], zero) for key, zero in layout.zeros.items()]
+        self._zero_appends = [
+            self.columns[key].zero_append(zero) for key, zero in layout.zeros.items()
+        ]
         self._column_items = list(self.columns.items())
         self._resets = [c.reset for c in self._other_columns]
 
@@ -335,9 +337,9 @@ class EpisodeBuffer:
         if n == 0:
             raise RuntimeError("EpisodeBuffer.finish called on an empty episode")
         layout = self.layout
-        for column, zero in self._zero_appends:
-            if column.n == n - 1:
-                column.append(zero)
+        for size, push, zero in self._zero_appends:
+            if size() == n - 1:
+                push(zero)
         out: dict[str, Any] = {}
         for key, column in self._column_items:
             if column.n != n:

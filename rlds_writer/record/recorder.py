@@ -180,9 +180,10 @@ class Recorder:
         self, slot: Hashable, observation: Any, step_metadata: Mapping[str, Any] | None
     ) -> None:
         """Starts an episode in `slot`; an open one there is ended as cut short."""
-        self._check_open()
+        if self._closed:
+            self._check_open()
         self._stopped.discard(slot)
-        if self.in_episode(slot):
+        if slot in self._buffers or slot in self._pending:
             self.end(slot, terminated=False, cut_short=True)
         if self.writer is None:
             pending = _PendingEpisode()

@@ -186,7 +186,8 @@ class DatasetWriter:
           WriterFailedError: if the writer thread failed earlier.
           WriterClosedError: if the writer is closed.
         """
-        self._check()
+        if self._error is not None or self._closed:
+            self._check()
         split = split or self.default_split
         size = episode.nbytes
         # `not queue.queue` reads the deque without the queue's lock (`empty()`
