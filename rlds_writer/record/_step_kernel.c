@@ -1,15 +1,17 @@
 /*
- * `EnvLogger`'s mid-episode step in C (see record/step_kernel.py).
+ * The mid-episode step of `EnvLogger` and `RecordRLDS` in C (see record/step_kernel.py).
  *
  * A `StepKernel` is called as `step(action)`. It steps the env and, when the
- * timestep is a plain `dm_env.TimeStep` in mid-episode and every value passes
- * the same test as the generated Python step (record/appender.py), appends
- * the action, reward, discount and a copy of the observation to the column
- * lists and counts the step. Anything else (another step type, a value to
- * cast or refuse, a buffer before `start`) goes to `after(action, timestep)`,
- * the generated Python step without the env call, which decides as always.
- * So the kernel never refuses a value: it only takes the common case
- * faster, and stores what the Python step would.
+ * env's result is of the expected type and size, its items say the episode
+ * goes on (`checks`: items that must be these very objects, such as
+ * `StepType.MID`, or `False` for terminated and truncated), and every value
+ * passes the same test as the generated Python step (record/appender.py),
+ * appends the action, reward, discount and a copy of the observation to the
+ * column lists and counts the step. Anything else (another step type, an
+ * episode's end, a value to cast or refuse, a buffer before `start`) goes to
+ * `after(action, result)`, the Python step without the env call, which
+ * decides as always. So the kernel never refuses a value: it only takes the
+ * common case faster, and stores what the Python step would.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,6 +25,7 @@ enum {
     LEAF_INT64 = 0,  /* a Python int within int64, or a type in `types` */
     LEAF_SCALAR = 1, /* a Python float if `float_first`, or a type in `types` */
     LEAF_ARRAY = 2,  /* a numpy.ndarray of exactly `dtype` and `shape`: its bytes */
+    LEAF_NONE = 3,   /* the dataset has no such field: the value is not looked at */
 };
 
 typedef struct {
@@ -36,15 +39,24 @@ typedef struct {
     Py_ssize_t nbytes;
 } Leaf;
 
-/* The arguments in order: action, then the timestep's reward, discount, observation. */
+/* The leaves in order: action, reward, discount, observation. */
 #define N_LEAVES 4
+
+#define MAX_CHECKS 4
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *env_step;
-    PyObject *timestep_type;
-    PyObject *mid;
+    PyObject *result_type;  /* the exact type of the env's result (a tuple type) */
+    Py_ssize_t result_size;
+    int n_checks;
+    Py_ssize_t check_index[MAX_CHECKS];
+    PyObject *check_value[MAX_CHECKS]; /* result[check_index[i]] must be this object */
+    /* Where the reward, discount and observation come from: an item of the
+     * result (index >= 0), or the constant in source_value. */
+    Py_ssize_t source_index[N_LEAVES - 1];
+    PyObject *source_value[N_LEAVES - 1];
     PyObject *after;
     PyObject *buffer;
     Py_ssize_t count_offset; /* where the buffer's `num_steps` slot lives */
@@ -59,6 +71,8 @@ leaf_takes(const Leaf *leaf, PyObject *v)
 {
     PyTypeObject *t = Py_TYPE(v);
     switch (leaf->kind) {
+    case LEAF_NONE:
+        return 1;
     case LEAF_INT64:
         if (t == &PyLong_Type) {
             int overflow;
@@ -120,9 +134,11 @@ kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject
     PyObject *action = args[0];
     PyObject *ts = PyObject_Vectorcall(k->env_step, &action, 1, NULL);
     if (ts == NULL) return NULL;
-    if ((PyObject *)Py_TYPE(ts) != k->timestep_type || PyTuple_GET_SIZE(ts) != N_LEAVES
-        || PyTuple_GET_ITEM(ts, 0) != k->mid)
+    if ((PyObject *)Py_TYPE(ts) != k->result_type || PyTuple_GET_SIZE(ts) != k->result_size)
         return hand_over(k, action, ts);
+    for (int i = 0; i < k->n_checks; i++)
+        if (PyTuple_GET_ITEM(ts, k->check_index[i]) != k->check_value[i])
+            return hand_over(k, action, ts);
 
     PyObject **count = (PyObject **)((char *)k->buffer + k->count_offset);
     if (*count == NULL || !PyLong_CheckExact(*count)) return hand_over(k, action, ts);
@@ -130,8 +146,10 @@ kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject
     if (n == -1 && PyErr_Occurred()) goto error;
     if (n <= 0) return hand_over(k, action, ts); /* not started: the Python step says so */
 
-    PyObject *values[N_LEAVES] = {
-        action, PyTuple_GET_ITEM(ts, 1), PyTuple_GET_ITEM(ts, 2), PyTuple_GET_ITEM(ts, 3)};
+    PyObject *values[N_LEAVES] = {action};
+    for (int i = 1; i < N_LEAVES; i++)
+        values[i] = k->source_index[i - 1] >= 0 ? PyTuple_GET_ITEM(ts, k->source_index[i - 1])
+                                                : k->source_value[i - 1];
     for (int i = 0; i < N_LEAVES; i++) {
         int takes = leaf_takes(&k->leaves[i], values[i]);
         if (takes < 0) goto error;
@@ -140,14 +158,19 @@ kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject
     /* Every item is made before any append: a failed copy leaves the columns as they were. */
     PyObject *items[N_LEAVES];
     for (int i = 0; i < N_LEAVES; i++) {
+        if (k->leaves[i].kind == LEAF_NONE) {
+            items[i] = NULL;
+            continue;
+        }
         items[i] = leaf_item(&k->leaves[i], values[i]);
         if (items[i] == NULL) {
-            while (i--) Py_DECREF(items[i]);
+            while (i--) Py_XDECREF(items[i]);
             goto error;
         }
     }
     int failed = 0;
     for (int i = 0; i < N_LEAVES; i++) {
+        if (items[i] == NULL) continue; /* LEAF_NONE */
         if (!failed && PyList_Append(k->leaves[i].list, items[i]) < 0) failed = 1;
         Py_DECREF(items[i]);
     }
@@ -186,12 +209,18 @@ parse_leaf(Leaf *leaf, PyObject *spec)
     int kind, float_first;
     PyObject *list, *types, *dtype, *shape;
     Py_ssize_t nbytes;
-    if (!PyArg_ParseTuple(spec, "iO!OpOO!n;a leaf is (kind, list, types, float_first, dtype, "
+    if (!PyArg_ParseTuple(spec, "iOOpOO!n;a leaf is (kind, list, types, float_first, dtype, "
                                 "shape, nbytes)",
-                          &kind, &PyList_Type, &list, &types, &float_first, &dtype,
-                          &PyTuple_Type, &shape, &nbytes))
+                          &kind, &list, &types, &float_first, &dtype, &PyTuple_Type, &shape,
+                          &nbytes))
         return -1;
-    if (kind == LEAF_ARRAY) {
+    if (kind != LEAF_NONE && !PyList_CheckExact(list)) {
+        PyErr_SetString(PyExc_TypeError, "a leaf's values go to a list");
+        return -1;
+    }
+    if (kind == LEAF_NONE) {
+        /* nothing to check */
+    } else if (kind == LEAF_ARRAY) {
         if (!PyArray_DescrCheck(dtype) || PyTuple_GET_SIZE(shape) > NPY_MAXDIMS || nbytes < 0) {
             PyErr_SetString(PyExc_ValueError, "an array leaf needs a dtype, a shape and nbytes");
             return -1;
@@ -223,8 +252,9 @@ static int
 kernel_traverse(StepKernel *k, visitproc visit, void *arg)
 {
     Py_VISIT(k->env_step);
-    Py_VISIT(k->timestep_type);
-    Py_VISIT(k->mid);
+    Py_VISIT(k->result_type);
+    for (int i = 0; i < k->n_checks; i++) Py_VISIT(k->check_value[i]);
+    for (int i = 0; i < N_LEAVES - 1; i++) Py_VISIT(k->source_value[i]);
     Py_VISIT(k->after);
     Py_VISIT(k->buffer);
     for (int i = 0; i < N_LEAVES; i++) {
@@ -239,8 +269,9 @@ static int
 kernel_clear(StepKernel *k)
 {
     Py_CLEAR(k->env_step);
-    Py_CLEAR(k->timestep_type);
-    Py_CLEAR(k->mid);
+    Py_CLEAR(k->result_type);
+    for (int i = 0; i < k->n_checks; i++) Py_CLEAR(k->check_value[i]);
+    for (int i = 0; i < N_LEAVES - 1; i++) Py_CLEAR(k->source_value[i]);
     Py_CLEAR(k->after);
     Py_CLEAR(k->buffer);
     for (int i = 0; i < N_LEAVES; i++) {
@@ -262,19 +293,27 @@ kernel_dealloc(StepKernel *k)
 static PyObject *
 kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *env_step, *timestep_type, *mid, *after, *buffer, *leaves;
+    PyObject *env_step, *result_type, *checks, *sources, *after, *buffer, *leaves;
+    Py_ssize_t result_size;
     if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
         PyErr_SetString(PyExc_TypeError, "StepKernel takes positional arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OOOOOO!:StepKernel", &env_step, &timestep_type, &mid, &after,
-                          &buffer, &PyTuple_Type, &leaves))
+    if (!PyArg_ParseTuple(args, "OOnO!O!OOO!:StepKernel", &env_step, &result_type, &result_size,
+                          &PyTuple_Type, &checks, &PyTuple_Type, &sources, &after, &buffer,
+                          &PyTuple_Type, &leaves))
         return NULL;
-    if (!PyCallable_Check(env_step) || !PyCallable_Check(after) || !PyType_Check(timestep_type)
-        || !PyType_IsSubtype((PyTypeObject *)timestep_type, &PyTuple_Type)) {
+    if (!PyCallable_Check(env_step) || !PyCallable_Check(after) || !PyType_Check(result_type)
+        || !PyType_IsSubtype((PyTypeObject *)result_type, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError,
-                        "StepKernel(env_step, timestep_type, mid, after, buffer, leaves): "
-                        "callables and a tuple type");
+                        "StepKernel(env_step, result_type, result_size, checks, sources, after, "
+                        "buffer, leaves): callables and a tuple type");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(leaves) != N_LEAVES || PyTuple_GET_SIZE(sources) != N_LEAVES - 1
+        || PyTuple_GET_SIZE(checks) > MAX_CHECKS || result_size < 1) {
+        PyErr_Format(PyExc_ValueError, "StepKernel needs %d leaves, %d sources, at most %d checks",
+                     N_LEAVES, N_LEAVES - 1, MAX_CHECKS);
         return NULL;
     }
     /* The slot's offset, as its member descriptor reads and writes it. */
@@ -291,31 +330,59 @@ kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "the buffer's num_steps must be a writable slot");
         return NULL;
     }
-    if (PyTuple_GET_SIZE(leaves) != N_LEAVES) {
-        PyErr_Format(PyExc_ValueError, "StepKernel needs %d leaves", N_LEAVES);
-        return NULL;
-    }
     StepKernel *k = (StepKernel *)type->tp_alloc(type, 0);
     if (k == NULL) return NULL;
     k->vectorcall = kernel_vectorcall;
     k->env_step = Py_NewRef(env_step);
-    k->timestep_type = Py_NewRef(timestep_type);
-    k->mid = Py_NewRef(mid);
+    k->result_type = Py_NewRef(result_type);
+    k->result_size = result_size;
     k->after = Py_NewRef(after);
     k->buffer = Py_NewRef(buffer);
     k->count_offset = count_offset;
-    for (int i = 0; i < N_LEAVES; i++) {
-        if (parse_leaf(&k->leaves[i], PyTuple_GET_ITEM(leaves, i)) < 0) {
-            Py_DECREF(k);
-            return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(checks); i++) {
+        Py_ssize_t index;
+        PyObject *value;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(checks, i), "nO;a check is (index, object)",
+                              &index, &value))
+            goto fail;
+        if (index < 0 || index >= result_size) {
+            PyErr_SetString(PyExc_ValueError, "a check's index is outside the result");
+            goto fail;
+        }
+        k->check_index[i] = index;
+        k->check_value[i] = Py_NewRef(value);
+        k->n_checks = (int)i + 1;
+    }
+    for (int i = 0; i < N_LEAVES - 1; i++) {
+        PyObject *source = PyTuple_GET_ITEM(sources, i);
+        if (PyLong_Check(source)) {
+            k->source_index[i] = PyLong_AsSsize_t(source);
+            if (k->source_index[i] < 0 || k->source_index[i] >= result_size) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "a source's index is outside the result");
+                goto fail;
+            }
+        } else if (PyTuple_Check(source) && PyTuple_GET_SIZE(source) == 1) {
+            k->source_index[i] = -1;
+            k->source_value[i] = Py_NewRef(PyTuple_GET_ITEM(source, 0));
+        } else {
+            PyErr_SetString(PyExc_TypeError, "a source is an index or a (constant,) tuple");
+            goto fail;
         }
     }
+    for (int i = 0; i < N_LEAVES; i++) {
+        if (parse_leaf(&k->leaves[i], PyTuple_GET_ITEM(leaves, i)) < 0) goto fail;
+    }
     return (PyObject *)k;
+
+fail:
+    Py_DECREF(k);
+    return NULL;
 }
 
 static PyMemberDef kernel_members[] = {
     {"after", T_OBJECT, offsetof(StepKernel, after), READONLY,
-     "after(action, timestep): the Python step without the env call, for what this one does not take"},
+     "after(action, result): the Python step without the env call, for what this one does not take"},
     {NULL},
 };
 
@@ -337,7 +404,7 @@ static PyTypeObject StepKernelType = {
 static struct PyModuleDef kernel_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_step_kernel",
-    .m_doc = "EnvLogger's mid-episode step in C (record/step_kernel.py).",
+    .m_doc = "The mid-episode step of EnvLogger and RecordRLDS in C (record/step_kernel.py).",
     .m_size = -1,
 };
 
@@ -356,7 +423,8 @@ PyInit__step_kernel(void)
     if (PyModule_AddObjectRef(m, "StepKernel", (PyObject *)&StepKernelType) < 0
         || PyModule_AddIntConstant(m, "LEAF_INT64", LEAF_INT64) < 0
         || PyModule_AddIntConstant(m, "LEAF_SCALAR", LEAF_SCALAR) < 0
-        || PyModule_AddIntConstant(m, "LEAF_ARRAY", LEAF_ARRAY) < 0) {
+        || PyModule_AddIntConstant(m, "LEAF_ARRAY", LEAF_ARRAY) < 0
+        || PyModule_AddIntConstant(m, "LEAF_NONE", LEAF_NONE) < 0) {
         Py_DECREF(m);
         return NULL;
     }

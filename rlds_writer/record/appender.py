@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import StepValueError
+from rlds_writer.record.step_kernel import NO_FIELD
 from rlds_writer.record.values import describe
 from rlds_writer.store import field_specs
 
@@ -197,12 +198,15 @@ _KERNEL_ARGUMENTS = ("action", "reward", "discount", "next_observation")
 
 
 def _kernel_leaves(groups: Mapping[str, Any], columns: Mapping[str, Any]) -> tuple | None:
-    """The columns' C forms of the step, if it is one leaf per argument and no metadata."""
-    if tuple(groups) != _KERNEL_ARGUMENTS:
+    """The columns' C forms of the step, if it is at most one leaf per argument, no metadata."""
+    if not set(groups) <= set(_KERNEL_ARGUMENTS):
         return None
     leaves = []
     for argument in _KERNEL_ARGUMENTS:
-        node = groups[argument]
+        node = groups.get(argument)
+        if node is None:  # the dataset has no such field (a Gymnasium one without discount)
+            leaves.append(NO_FIELD)
+            continue
         if isinstance(node, dict):
             return None
         leaf = columns[node.key].kernel_leaf()

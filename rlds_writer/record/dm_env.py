@@ -221,7 +221,13 @@ class EnvLogger(dm_env.Environment):
         if body.kernel_leaves is not None and step_kernel.available():
             rest = compile_source("def after(action, timestep):\n" + after, names, "after")
             fused = step_kernel.step_kernel(
-                env_step, dm_env.TimeStep, _MID, rest, add.buffer, body.kernel_leaves
+                env_step,
+                (dm_env.TimeStep, 4),
+                ((0, _MID),),  # step_type
+                (1, 2, 3),  # reward, discount, observation
+                rest,
+                add.buffer,
+                body.kernel_leaves,
             )
         if fused is None:
             text = "def step(action):\n    timestep = _env_step(action)\n" + after

@@ -29,6 +29,7 @@ its default.
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any
 
 import gymnasium
@@ -52,6 +53,7 @@ class RecordRLDS(gymnasium.Wrapper):
         # and after a refused value: the general path handles both).
         self._adder: Any = None
         self._closed = False
+        self._after_weakly = _after_of(self)
 
     @property
     def recorder(self) -> Recorder:
@@ -62,32 +64,46 @@ class RecordRLDS(gymnasium.Wrapper):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
-        self._adder = None
+        self._unbind()
         self._recording.begin(0, obs, info)
         self._adder = self._recording.step_adder(0)
         self._step_index = 0
+        if type(self).step is RecordRLDS.step:
+            # The C step, where it can take this recording's steps: the instance
+            # attribute shadows the method until the episode ends (`_unbind`).
+            kernel = self._recording.step_kernel(0, self.env.step, self._after_weakly)
+            if kernel is not None:
+                self.step = kernel
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
-        adder = self._adder
-        if adder is None:
+        if self._adder is None:
             writer = self._recording.recorder
             if not writer.in_episode(0) and not writer.stopped(0):
                 raise RuntimeError(
                     "RecordRLDS.step called outside an episode: call reset() first "
                     "(also after an episode terminated or was truncated)"
                 )
-            adder = functools.partial(self._recording.add, 0)
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._after(action, self.env.step(action))
+
+    def _after(self, action: Any, result: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """Records the env's `result` of `action` (the step after the env's call)."""
+        obs, reward, terminated, truncated, info = result
+        adder = self._adder or functools.partial(self._recording.add, 0)
         self._step_index += 1
         try:
             adder(self._step_index, action, obs, reward, terminated, truncated, info)
         except BaseException:
-            self._adder = None  # the episode was cut short: steps go the general way
+            self._unbind()  # the episode was cut short: steps go the general way
             raise
         if terminated or truncated:
-            self._adder = None
+            self._unbind()
         return obs, reward, terminated, truncated, info
+
+    def _unbind(self) -> None:
+        """Back to the checked per-step path: outside an episode, or after it ended."""
+        self._adder = None
+        self.__dict__.pop("step", None)
 
     def flush(self) -> None:
         """Blocks until every finished episode is on disk."""
@@ -98,8 +114,18 @@ class RecordRLDS(gymnasium.Wrapper):
         if self._closed:
             return
         self._closed = True
-        self._adder = None
+        self._unbind()
         try:
             self._recording.recorder.close()
         finally:
             self.env.close()
+
+
+def _after_of(wrapper: RecordRLDS) -> Any:
+    """`wrapper._after`, held weakly: the C step it goes into must not keep the wrapper alive."""
+    ref = weakref.ref(wrapper)
+
+    def after(action: Any, result: Any) -> Any:
+        return ref()._after(action, result)
+
+    return after

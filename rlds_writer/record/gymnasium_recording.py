@@ -19,6 +19,7 @@ from etils import epath
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record import spaces as spaces_lib
+from rlds_writer.record import step_kernel
 from rlds_writer.record.recorder import Recorder, user_fn_result
 
 StepFn = Callable[[Any, Any, Any, bool, bool, Mapping[str, Any]], Any]
@@ -28,7 +29,7 @@ def action_caster(space: Any) -> Callable[[Any], Any]:
     """Casts numeric arrays to the action space's dtype when that loses no kind.
 
     Gymnasium envs accept e.g. a float64 array for a float32 `Box`; the
-    dataset stores the space's dtype.
+    dataset stores the space's dtype (the caster's `dtype` attribute).
     """
     from gymnasium import spaces
 
@@ -42,6 +43,7 @@ def action_caster(space: Any) -> Callable[[Any], Any]:
                 return value.astype(dtype)
         return value
 
+    cast.dtype = dtype
     return cast
 
 
@@ -84,6 +86,7 @@ class Recording:
         self.discount = discount
         self.convert_obs = spaces_lib.space_converter(observation_space)
         self.convert_action = action_caster(action_space)
+        self._kernels: dict[tuple, Any] = {}  # C steps by (buffer's add, env step, after)
         self.default_reward = reward_info is None and ds_config is None
         declared_step = dict(step_metadata_info or {})
         declared_episode = dict(episode_metadata_info or {})
@@ -263,6 +266,63 @@ class Recording:
                 end(slot, terminated=bool(terminated))
 
         return step
+
+    def step_kernel(
+        self,
+        slot: Any,
+        env_step: Callable[[Any], Any],
+        after: Callable[[Any, Any], Any],
+    ) -> Callable[[Any], Any] | None:
+        """The C step for the episode just begun in `slot` (`record.step_kernel`), or None.
+
+        Only where a step stores exactly what the env gives: no step or
+        episode metadata, observations passed through, actions passed
+        through or cast only when their dtype differs from the column's
+        (which the C step then leaves to `after`), a float reward taken as
+        it is. The C step takes a step whose result is a 5-tuple with
+        `terminated` and `truncated` both `False`; `after(action, result)`
+        records every other.
+        """
+        if self.has_step_metadata or self.episode_fn is not None:
+            return None
+        add = self.recorder.step_adder(slot)
+        key = (add, env_step, after)  # the recorder reuses its buffers, and so their steps
+        if key in self._kernels:
+            return self._kernels[key]
+        kernel = self._new_kernel(add, env_step, after)
+        if len(self._kernels) >= 8:
+            self._kernels.clear()
+        self._kernels[key] = kernel
+        return kernel
+
+    def _new_kernel(
+        self, add: Any, env_step: Callable[[Any], Any], after: Callable[[Any, Any], Any]
+    ) -> Callable[[Any], Any] | None:
+        if not step_kernel.available() or not spaces_lib.passes_through(self.convert_obs):
+            return None
+        body = getattr(add, "step_body", None)
+        if body is None or body.kernel_leaves is None:
+            return None
+        action, reward, discount, observation = body.kernel_leaves
+        if not spaces_lib.passes_through(self.convert_action):
+            # The cast leaves an array of the space's dtype alone: the C step may
+            # take it only when that is the column's dtype too.
+            if action[0] != "array" or action[4] != getattr(self.convert_action, "dtype", None):
+                return None
+        if self.default_reward and reward[0] != "none":
+            # float(reward) is the reward itself only for a float: others go to `after`.
+            if float not in (reward[2] or ()):
+                return None
+            reward = ("scalar", reward[1], frozenset({float}), True, *reward[4:])
+        return step_kernel.step_kernel(
+            env_step,
+            (tuple, 5),  # (obs, reward, terminated, truncated, info)
+            ((2, False), (3, False)),
+            (1, (1.0 if self.discount else None,), 0),  # reward, discount, observation
+            after,
+            add.buffer,
+            (action, reward, discount, observation),
+        )
 
 
 def new_recording(

@@ -180,6 +180,11 @@ def _identity(value: Any) -> Any:
     return value
 
 
+def passes_through(converter: Callable[[Any], Any]) -> bool:
+    """Whether a converter from `space_converter` returns every value as it is."""
+    return converter is _identity
+
+
 def reward_feature() -> Any:
     """The default reward feature: a float32 scalar."""
     return _tensor((), np.float32)

@@ -1,4 +1,4 @@
-"""`EnvLogger`'s mid-episode step in C, where the extension was built.
+"""The mid-episode step of `EnvLogger` and `RecordRLDS` in C, where the extension was built.
 
 The generated Python step (`record.appender`, compiled into `EnvLogger.step`
 by `record.dm_env`) spends most of what recording adds to a cheap env's step
@@ -28,7 +28,14 @@ _log = logging.getLogger(__name__)
 # Set to anything but "" or "0": no C step is built (setup.py) or used (here).
 PURE_PYTHON_ENV = "RLDS_WRITER_PURE_PYTHON"
 
-_KINDS = {"int64": "LEAF_INT64", "scalar": "LEAF_SCALAR", "array": "LEAF_ARRAY"}
+_KINDS = {
+    "int64": "LEAF_INT64",
+    "scalar": "LEAF_SCALAR",
+    "array": "LEAF_ARRAY",
+    "none": "LEAF_NONE",
+}
+# The leaf of a step argument the dataset has no field for: not looked at.
+NO_FIELD = ("none", None, None, False, None, (), 0)
 
 
 def disabled() -> bool:
@@ -52,8 +59,9 @@ def available() -> bool:
 
 def step_kernel(
     env_step: Callable[[Any], Any],
-    timestep_type: type,
-    mid: Any,
+    result: tuple[type, int],
+    checks: tuple[tuple[int, Any], ...],
+    sources: tuple[Any, Any, Any],
     after: Callable[[Any, Any], Any],
     buffer: Any,
     leaves: tuple | None,
@@ -62,12 +70,19 @@ def step_kernel(
 
     Args:
       env_step: the env's `step`.
-      timestep_type: `dm_env.TimeStep`; another type goes to `after`.
-      mid: `dm_env.StepType.MID`; another step type goes to `after`.
-      after: `after(action, timestep)`, the Python step without the env call.
+      result: the exact type and the size of what `env_step` returns in the
+        common case (`dm_env.TimeStep`, 4; `tuple`, 5).
+      checks: `(index, object)`: the episode goes on only if the result's item
+        at `index` is that very object (`StepType.MID`; `False` for
+        terminated and truncated).
+      sources: where the reward, discount and observation are in the result:
+        an index, or `(constant,)` for a value the step stores as it is.
+      after: `after(action, result)`, the Python step without the env call,
+        for every step the kernel does not take.
       buffer: the `EpisodeBuffer` (its `num_steps` slot, `_rollback`).
       leaves: the columns' `kernel_leaf()` for the action, reward, discount
-        and observation, or None if one of them has none.
+        and observation (`NO_FIELD` where the dataset has none), or None if
+        one of them has no C form.
     """
     if leaves is None or disabled():
         return None
@@ -75,4 +90,5 @@ def step_kernel(
     if module is None:
         return None
     specs = tuple((getattr(module, _KINDS[kind]), *rest) for kind, *rest in leaves)
-    return module.StepKernel(env_step, timestep_type, mid, after, buffer, specs)
+    result_type, size = result
+    return module.StepKernel(env_step, result_type, size, checks, sources, after, buffer, specs)

@@ -256,3 +256,127 @@ def test_without_the_built_c_step_the_python_step_records(tmp_path, monkeypatch)
         step_kernel._module.cache_clear()
     episodes = load_episodes(tmp_path / "d")
     assert [len(e["steps"]) for e in episodes] == [5, 5]
+
+
+# --- RecordRLDS (Gymnasium): the same, with results (obs, reward, terminated, truncated, info).
+
+
+def _gym_env(episodes: list[list[tuple]], action_space: Any = None) -> Any:
+    gymnasium = pytest.importorskip("gymnasium")
+
+    class Scripted(gymnasium.Env):
+        observation_space = gymnasium.spaces.Box(-1e9, 1e9, _SHAPE, np.float32)
+
+        def __init__(self) -> None:
+            self.action_space = action_space or gymnasium.spaces.Discrete(5)
+            self._episode, self._t = -1, 0
+
+        def reset(self, *, seed: Any = None, options: Any = None) -> tuple:
+            super().reset(seed=seed)
+            self._episode += 1
+            self._t = 0
+            return _obs(0), {}
+
+        def step(self, action: Any) -> tuple:
+            result = episodes[self._episode][self._t]
+            self._t += 1
+            return result() if callable(result) else result
+
+    return Scripted()
+
+
+def _gym_result(reward: Any, obs: Any, terminated: Any = False, truncated: Any = False) -> tuple:
+    return (obs, reward, terminated, truncated, {"ignored": 1})
+
+
+_GYM_EPISODES = [
+    # Taken by the C step, then the end.
+    [_gym_result(0.5, _obs(1)), _gym_result(-1.0, _obs(2)), _gym_result(1.0, _obs(3), True)],
+    # Left to the Python step: a numpy reward (float() of it), numpy bools, a
+    # Fortran-order observation, a list; then a float64 observation, refused
+    # (a float32 Box): the episode is cut short there.
+    [
+        _gym_result(np.float32(0.25), _obs(1)),
+        _gym_result(0.5, _obs(2), np.bool_(False), np.bool_(False)),
+        _gym_result(0.5, _fortran()),
+        _gym_result(0.5, _obs(4).tolist()),
+        _gym_result(0.5, _obs(5).astype(np.float64)),
+        _gym_result(0.5, _obs(6), False, True),
+    ],
+    # A refused observation: cut short there; the env's next steps are not recorded.
+    [
+        _gym_result(0.5, _obs(1)),
+        _gym_result(0.5, np.zeros((2, 3), np.float32)),
+        _gym_result(0.5, _obs(3)),
+        _gym_result(0.5, _obs(4), True),
+    ],
+]
+
+
+def _record_gym(path: Path, pure_python: bool, monkeypatch, **kwargs: Any) -> tuple[list, set]:
+    if pure_python:
+        monkeypatch.setenv(step_kernel.PURE_PYTHON_ENV, "1")
+    else:
+        monkeypatch.delenv(step_kernel.PURE_PYTHON_ENV, raising=False)
+    from rlds_writer import RecordRLDS
+
+    actions = kwargs.pop("actions", None)
+    env = RecordRLDS(_gym_env(_GYM_EPISODES, kwargs.pop("action_space", None)), path, **kwargs)
+    errors, kinds = [], set()
+    for e, steps in enumerate(_GYM_EPISODES):
+        env.reset(seed=e)
+        kinds.add(type(env.step).__name__)
+        for t in range(len(steps)):
+            action = actions[t % len(actions)] if actions else t % 5
+            try:
+                env.step(action)
+            except StepValueError as err:
+                errors.append(str(err))
+    env.close()
+    return errors, kinds
+
+
+@pytest.mark.parametrize("discount", [False, True])
+def test_record_rlds_c_step_records_the_same_shards_as_its_python_step(
+    tmp_path, monkeypatch, discount
+):
+    if not step_kernel.available():
+        pytest.skip("the C step is not built (no C compiler at install)")
+    c = _record_gym(tmp_path / "c", False, monkeypatch, discount=discount)
+    py = _record_gym(tmp_path / "py", True, monkeypatch, discount=discount)
+    assert c[1] == {"StepKernel"} and py[1] == {"method"}
+    assert c[0] == py[0] and len(c[0]) == 2
+    c_shards = _shards(tmp_path / "c")
+    assert c_shards and c_shards == _shards(tmp_path / "py")
+    episodes = load_episodes(tmp_path / "c")
+    assert [len(e["steps"]) for e in episodes] == [4, 5, 2]
+    np.testing.assert_array_equal(episodes[1]["steps"][3]["observation"], _fortran())
+
+
+def test_record_rlds_c_step_takes_box_actions_of_the_column_dtype_only(tmp_path, monkeypatch):
+    gymnasium = pytest.importorskip("gymnasium")
+    if not step_kernel.available():
+        pytest.skip("the C step is not built (no C compiler at install)")
+    box = gymnasium.spaces.Box(-1, 1, (2,), np.float32)
+    # float64 actions are cast to the space's float32 by the Python step.
+    actions = [np.array([0.5, -0.5], np.float32), np.array([0.25, 0.125], np.float64)]
+    kwargs = {"action_space": box, "actions": actions}
+    c = _record_gym(tmp_path / "c", False, monkeypatch, **dict(kwargs))
+    py = _record_gym(tmp_path / "py", True, monkeypatch, **dict(kwargs))
+    assert c[1] == {"StepKernel"} and c[0] == py[0]
+    assert _shards(tmp_path / "c") == _shards(tmp_path / "py")
+    steps = load_episodes(tmp_path / "c")[0]["steps"]
+    assert steps[1]["action"].dtype == np.float32
+    np.testing.assert_array_equal(steps[1]["action"], [0.25, 0.125])
+
+
+def test_record_rlds_with_the_c_step_lets_the_wrapper_go(tmp_path, step_path):
+    from rlds_writer import RecordRLDS
+
+    env = RecordRLDS(_gym_env(_GYM_EPISODES[:1]), tmp_path / "d")
+    env.reset(seed=0)
+    env.step(1)
+    gone = weakref.ref(env)
+    del env
+    gc.collect()
+    assert gone() is None  # and exit wrote the open episode, cut short
