@@ -90,6 +90,8 @@ class RecordRLDS(gymnasium.Wrapper):
         """Records the env's `result` of `action` (the step after the env's call)."""
         obs, reward, terminated, truncated, info = result
         adder = self._adder or functools.partial(self._recording.add, 0)
+        # Read by step metadata only; recordings with it never take the C step,
+        # which does not count here.
         self._step_index += 1
         try:
             adder(self._step_index, action, obs, reward, terminated, truncated, info)
