@@ -81,10 +81,12 @@ _EXTRAS["test"] = [
 
 
 def _extensions() -> list[Extension]:
-    """EnvLogger's C step (rlds_writer/record/step_kernel.py), optional.
+    """The recorders' C step (rlds_writer/record/step_kernel.py) and the SSE4.2
+    CRC-32C (rlds_writer/store/tfrecord.py), both optional.
 
     Without a C compiler the build warns and goes on: the package records with
-    its Python step. RLDS_WRITER_PURE_PYTHON=1 builds none (a pure wheel).
+    its Python step and google_crc32c. RLDS_WRITER_PURE_PYTHON=1 builds none (a
+    pure wheel).
     """
     if os.environ.get("RLDS_WRITER_PURE_PYTHON", "") not in ("", "0"):
         return []
@@ -98,7 +100,8 @@ def _extensions() -> list[Extension]:
             ["rlds_writer/record/_step_kernel.c"],
             include_dirs=[numpy.get_include()],
             optional=True,
-        )
+        ),
+        Extension("rlds_writer.store._crc32c", ["rlds_writer/store/_crc32c.c"], optional=True),
     ]
 
 

@@ -139,6 +139,8 @@ def compile_fields(features: Any) -> list[FieldSpec]:
         )
     _check_readable(features)
     fields = [_field_spec(node) for node in _walk_tfds(features) if not node.empty_dict]
+    if any(_serialized_unknown(field) for field in fields):
+        _check_serialized(features)
     for field in fields:
         _check_decodable(field)
     return fields
@@ -177,10 +179,10 @@ def _check_readable(features: Any) -> None:
     A per-step tensor with a zero-sized dimension becomes a
     `FixedLenSequenceFeature` of empty elements, on which TensorFlow's parser
     dies with SIGFPE. A fixed-length `Sequence` or an empty `FeaturesDict` per
-    step does not load either.
+    step does not load either. This checks the structure; `_check_serialized`
+    the shapes.
     """
     import tensorflow_datasets as tfds
-    from tensorflow_datasets.core import utils as tfds_utils
 
     def per_step(feature: Any, path: str) -> None:
         # A fixed-length Sequence inside `steps` decodes in TFDS 4.9 to a
@@ -207,6 +209,26 @@ def _check_readable(features: Any) -> None:
                 per_step(sub, f"{path}/{name}" if name else path)
 
     per_step(features[STEPS].feature, STEPS)
+
+
+def _serialized_unknown(field: FieldSpec) -> bool:
+    """Whether `_check_serialized` must look at the field's serialized shape.
+
+    The kinds this package writes serialize as their own shape, fully known
+    (numbers), or as one string (the rest); inside steps they gain one unknown
+    dimension. So only other kinds, and numbers with a zero-sized dimension
+    per step, can fail it: the check (and its import of `tree`, a few
+    milliseconds of every new writer) is skipped for the rest.
+    """
+    if field.kind == FALLBACK:
+        return True
+    return field.in_steps and field.kind in (FLOAT, INT) and 0 in field.shape
+
+
+def _check_serialized(features: Any) -> None:
+    """The serialized-shape half of `_check_readable` (see there)."""
+    from tensorflow_datasets.core import utils as tfds_utils
+
     flat = tfds_utils.flatten_nest_dict(features.get_serialized_info())
     for key, info in flat.items():
         shape = tuple(getattr(info, "shape", ()))
@@ -256,14 +278,18 @@ def _classify(feature: Any) -> tuple[str, tuple, np.dtype | None]:
 
     if type(feature) is tfds.features.Text:
         return TEXT, (), None
-    if type(feature) is tfds.features.Image and _png_compatible(feature):
-        return PNG, tuple(feature.shape), np.dtype(feature.np_dtype)
-    if type(feature) is tfds.features.Image and _jpeg_compatible(feature):
-        return JPEG, tuple(feature.shape), np.dtype(np.uint8)
+    # Shapes and dtypes from the leaf's `TensorInfo`: the same as TFDS's `shape`
+    # and `np_dtype` of a leaf, without their first use importing `tree` (~1.4 ms).
+    info = feature.get_tensor_info()
+    if isinstance(info, Mapping):
+        return FALLBACK, (), None
+    shape = tuple(info.shape)
+    dtype = np.dtype(info.np_dtype)
+    if type(feature) is tfds.features.Image and _png_compatible(feature, shape, dtype):
+        return PNG, shape, dtype
+    if type(feature) is tfds.features.Image and _jpeg_compatible(feature, shape, dtype):
+        return JPEG, shape, np.dtype(np.uint8)
     if type(feature) in (tfds.features.Tensor, tfds.features.Scalar):
-        shape = tuple(feature.shape)
-        info = feature.get_tensor_info()
-        dtype = np.dtype(info.np_dtype)
         serialized = feature.get_serialized_info()
         simple = not isinstance(serialized, Mapping) and None not in shape and not info.optional
         encoding = str(getattr(feature, "_encoding", "none")).lower()
@@ -278,28 +304,22 @@ def _classify(feature: Any) -> tuple[str, tuple, np.dtype | None]:
                 return ZLIB, shape, dtype
             if encoding.endswith("none") and tuple(serialized.shape) == shape:
                 return (FLOAT if dtype.kind == "f" else INT), shape, dtype
-    info = feature.get_tensor_info()
-    if isinstance(info, Mapping):
-        return FALLBACK, (), None
-    return FALLBACK, tuple(info.shape), None
+    return FALLBACK, shape, None
 
 
-def _png_compatible(feature: Any) -> bool:
+def _png_compatible(feature: Any, shape: tuple, dtype: np.dtype) -> bool:
     """PNG is lossless, so any encoder decodes to the same pixels as TFDS's."""
-    shape = tuple(feature.shape)
     if feature.encoding_format != "png" or len(shape) != 3 or None in shape[-1:]:
         return False
-    dtype = np.dtype(feature.np_dtype)
     if dtype == np.float32:
         return shape[-1] == 1  # TFDS bitcasts to 4 uint8 channels
     return dtype in (np.uint8, np.uint16) and shape[-1] in (1, 2, 3, 4)
 
 
-def _jpeg_compatible(feature: Any) -> bool:
-    shape = tuple(feature.shape)
+def _jpeg_compatible(feature: Any, shape: tuple, dtype: np.dtype) -> bool:
     return (
         feature.encoding_format == "jpeg"
-        and np.dtype(feature.np_dtype) == np.uint8
+        and dtype == np.uint8
         and len(shape) == 3
         and shape[-1] in (1, 3)
     )

@@ -163,14 +163,16 @@ def test_the_release_passes_twine_check_and_declares_version_license_and_classif
         300,
     )
     version = rlds_writer.__version__
-    # EnvLogger's C step makes the wheel this interpreter's and platform's (the
-    # machine that builds the release has a C compiler).
+    # The C extensions (the recorders' step, CRC-32C) make the wheel this
+    # interpreter's and platform's (the machine that builds the release has a
+    # C compiler).
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
     assert release["wheel"].name.startswith(f"rlds_writer-{version}-{tag}-{tag}-"), release
     with zipfile.ZipFile(release["wheel"]) as whl:
         metadata = whl.read(f"rlds_writer-{version}.dist-info/METADATA").decode()
         names = whl.namelist()
     assert any(n.startswith("rlds_writer/record/_step_kernel.") for n in names), names
+    assert any(n.startswith("rlds_writer/store/_crc32c.") for n in names), names
     assert f"\nVersion: {version}\n" in metadata
     assert "\nLicense-Expression: Apache-2.0\n" in metadata
     assert "\nLicense-File: LICENSE\n" in metadata
@@ -192,6 +194,7 @@ def test_the_release_passes_twine_check_and_declares_version_license_and_classif
         "tests/conftest.py",
         "docs/architecture.md",
         "rlds_writer/record/_step_kernel.c",
+        "rlds_writer/store/_crc32c.c",
     ):
         assert name in members, name
     assert "Apache License" in (_ROOT / "LICENSE").read_text()
