@@ -91,6 +91,11 @@ class EnvLogger(dm_env.Environment):
             "discount_spec": env.discount_spec(),
         }
         backend.update_metadata({**dict(metadata or {}), "env_specs": json_values.jsonable(specs)})
+        if self._plain and type(self).step is EnvLogger.step:
+            # The first episode's step is made now, not at the first reset, which
+            # would pay its compile and the C step's load (~0.5 ms).
+            for add in backend.recorder.prepared_adders():
+                self._mid_episode_step(add)
 
     @property
     def backend(self) -> TFDSBackendWriter:

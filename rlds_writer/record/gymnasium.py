@@ -54,6 +54,8 @@ class RecordRLDS(gymnasium.Wrapper):
         self._adder: Any = None
         self._closed = False
         self._after_weakly = _after_of(self)
+        if type(self).step is RecordRLDS.step:
+            self._recording.prepare_step_kernels(self.env.step, self._after_weakly)
 
     @property
     def recorder(self) -> Recorder:

@@ -295,6 +295,21 @@ class Recording:
         self._kernels[key] = kernel
         return kernel
 
+    def prepare_step_kernels(
+        self, env_step: Callable[[Any], Any], after: Callable[[Any, Any], Any]
+    ) -> None:
+        """Makes the C steps of the episodes to come now, not at their first reset.
+
+        For the buffers the recorder has made ahead (`Recorder.prepared_adders`):
+        the first reset then does not pay the C step's load (~0.3 ms).
+        """
+        if self.has_step_metadata or self.episode_fn is not None:
+            return
+        for add in self.recorder.prepared_adders():
+            key = (add, env_step, after)
+            if key not in self._kernels and len(self._kernels) < 8:
+                self._kernels[key] = self._new_kernel(add, env_step, after)
+
     def _new_kernel(
         self, add: Any, env_step: Callable[[Any], Any], after: Callable[[Any, Any], Any]
     ) -> Callable[[Any], Any] | None:

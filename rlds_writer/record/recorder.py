@@ -237,6 +237,18 @@ class Recorder:
             return buffer.add
         return functools.partial(self.add, slot)
 
+    def prepared_adders(self) -> list[Callable[[Any, Any, Any, Any, Any], None]]:
+        """The `step_adder`s the next episodes will get, where known before they begin.
+
+        The buffers made ahead (the first one comes with the writer) and their
+        compiled `add`: a recorder's per-step fast path can be built from them
+        when it is created instead of at the first reset. Empty until the
+        writer exists, and where `step_adder` resolves values per step.
+        """
+        if self.writer is None or self._zeros:
+            return []
+        return [buffer.add for buffer in self._free]
+
     def stopped(self, slot: Hashable) -> bool:
         """Whether a bad value ended the episode in `slot` early (until the next `begin`)."""
         return slot in self._stopped

@@ -380,3 +380,35 @@ def test_record_rlds_with_the_c_step_lets_the_wrapper_go(tmp_path, step_path):
     del env
     gc.collect()
     assert gone() is None  # and exit wrote the open episode, cut short
+
+
+# --- Made when the recorder is created: the first reset pays no compile or load.
+
+
+def test_envlogger_makes_its_first_episodes_step_when_it_is_created(tmp_path, step_path):
+    env = _Scripted([[_mid(0.5, _obs(1))] * 3 + [_last()]])
+    with rlds_writer.EnvLogger(env, data_directory=str(tmp_path / "d")) as logged:
+        made = list(logged._fused.values())
+        assert len(made) == 1
+        logged.reset()
+        assert logged.step is made[0]
+        assert type(made[0]).__name__ == ("StepKernel" if step_path == "c" else "function")
+        for _ in range(4):
+            logged.step(1)
+    assert [len(e["steps"]) for e in load_episodes(tmp_path / "d")] == [5]
+
+
+def test_record_rlds_makes_its_first_episodes_c_step_when_it_is_created(tmp_path):
+    from rlds_writer import RecordRLDS
+
+    if not step_kernel.available():
+        pytest.skip("the C step is not built (no C compiler at install)")
+    env = RecordRLDS(_gym_env(_GYM_EPISODES[:1]), tmp_path / "d")
+    made = [k for k in env._recording._kernels.values() if k is not None]
+    assert len(made) == 1
+    env.reset(seed=0)
+    assert env.step is made[0]
+    for _ in range(3):
+        env.step(1)
+    env.close()
+    assert [len(e["steps"]) for e in load_episodes(tmp_path / "d")] == [4]
