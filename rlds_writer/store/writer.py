@@ -50,8 +50,9 @@ _BATCH_BELOW = 1 << 20
 _INLINE_BELOW = 256 << 10
 
 
-_FLUSH = "flush"
-_CLOSE = "close"
+# Queue items other than `(split, episode)`: objects, so that no split name is one.
+_FLUSH = object()
+_CLOSE = object()
 
 
 class DatasetWriter:

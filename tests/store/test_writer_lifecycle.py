@@ -16,6 +16,7 @@ from helpers_core import load_episodes, new_buffer
 
 import rlds_writer
 from rlds_writer.store import file_io, layout
+from rlds_writer.store.writer import DatasetWriter
 
 
 def _config(obs_shape=(3,), obs_dtype=np.float32, **kwargs):
@@ -241,3 +242,18 @@ def test_a_new_writer_imports_only_its_shard_format(tmp_path):
         allowed |= {m for m in out if m.startswith("google_crc32c")}
     assert set(out) <= allowed, sorted(set(out) - allowed)
     assert len(load_episodes(tmp_path / "d")) == 1
+
+
+def test_splits_named_like_the_writers_own_queue_items_are_written(tmp_path):
+    # fsync=True: every episode goes through the writer thread's queue, whose
+    # flush and close items once were the strings "flush" and "close".
+    writer = DatasetWriter(tmp_path / "d", _config(), fsync=True)
+    for split in ("flush", "close"):
+        buffer = new_buffer(writer)
+        buffer.start(np.zeros(3, np.float32))
+        buffer.add(1, 1.0, 1.0, np.ones(3, np.float32))
+        writer.write(buffer.finish(terminated=True), split=split)
+    writer.close()
+    builder = tfds.builder_from_directory(str(tmp_path / "d"))
+    counts = {name: s.num_examples for name, s in builder.info.splits.items()}
+    assert (counts["flush"], counts["close"]) == (1, 1), counts
