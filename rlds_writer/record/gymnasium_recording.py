@@ -283,17 +283,7 @@ class Recording:
         `terminated` and `truncated` both `False`; `after(action, result)`
         records every other.
         """
-        if self.has_step_metadata or self.episode_fn is not None:
-            return None
-        add = self.recorder.step_adder(slot)
-        key = (add, env_step, after)  # the recorder reuses its buffers, and so their steps
-        if key in self._kernels:
-            return self._kernels[key]
-        kernel = self._new_kernel(add, env_step, after)
-        if len(self._kernels) >= 8:
-            self._kernels.clear()
-        self._kernels[key] = kernel
-        return kernel
+        return self._kernel_for(self.recorder.step_adder(slot), env_step, after)
 
     def prepare_step_kernels(
         self, env_step: Callable[[Any], Any], after: Callable[[Any, Any], Any]
@@ -303,12 +293,22 @@ class Recording:
         For the buffers the recorder has made ahead (`Recorder.prepared_adders`):
         the first reset then does not pay the C step's load (~0.3 ms).
         """
-        if self.has_step_metadata or self.episode_fn is not None:
-            return
         for add in self.recorder.prepared_adders():
-            key = (add, env_step, after)
-            if key not in self._kernels and len(self._kernels) < 8:
-                self._kernels[key] = self._new_kernel(add, env_step, after)
+            self._kernel_for(add, env_step, after)
+
+    def _kernel_for(
+        self, add: Any, env_step: Callable[[Any], Any], after: Callable[[Any, Any], Any]
+    ) -> Callable[[Any], Any] | None:
+        if self.has_step_metadata or self.episode_fn is not None:
+            return None
+        key = (add, env_step, after)  # the recorder reuses its buffers, and so their steps
+        if key in self._kernels:
+            return self._kernels[key]
+        kernel = self._new_kernel(add, env_step, after)
+        if len(self._kernels) >= 8:
+            self._kernels.clear()
+        self._kernels[key] = kernel
+        return kernel
 
     def _new_kernel(
         self, add: Any, env_step: Callable[[Any], Any], after: Callable[[Any, Any], Any]

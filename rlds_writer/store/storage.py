@@ -326,14 +326,20 @@ def writev_all(fd: int, parts: Sequence[Any], total: int) -> None:
 
 
 def _views_after(parts: Sequence[Any], written: int) -> list[memoryview]:
-    """Byte views of what is left of `parts` after the first `written` bytes."""
+    """Byte views of what is left of `parts` after the first `written` bytes (fewer than all)."""
     views = [memoryview(p).cast("B") for p in parts]
-    i = 0
+    return views[_drop_written(views, 0, written) :]
+
+
+def _drop_written(views: list[memoryview], i: int, written: int) -> int:
+    """Drops the first `written` bytes of `views[i:]` (fewer than all): whole parts,
+    then the head of a part cut short; returns the index of the first part left."""
     while written >= views[i].nbytes:
         written -= views[i].nbytes
         i += 1
-    views[i] = views[i][written:]
-    return views[i:]
+    if written:
+        views[i] = views[i][written:]
+    return i
 
 
 def _writev_fully(fd: int, views: list[memoryview], total: int) -> None:
@@ -344,12 +350,7 @@ def _writev_fully(fd: int, views: list[memoryview], total: int) -> None:
         total -= written
         if not total:
             return
-        # Drop what this call wrote: whole parts, then the head of a part cut short.
-        while written >= views[i].nbytes:
-            written -= views[i].nbytes
-            i += 1
-        if written:
-            views[i] = views[i][written:]
+        i = _drop_written(views, i, written)
 
 
 class LocalRandomAccess:
