@@ -283,6 +283,8 @@ class Recording:
         `terminated` and `truncated` both `False`; `after(action, result)`
         records every other.
         """
+        if not self._may_take_c_step:
+            return None  # before `step_adder`, which makes a partial per reset here
         return self._kernel_for(self.recorder.step_adder(slot), env_step, after)
 
     def prepare_step_kernels(
@@ -293,14 +295,18 @@ class Recording:
         For the buffers the recorder has made ahead (`Recorder.prepared_adders`):
         the first reset then does not pay the C step's load (~0.3 ms).
         """
-        for add in self.recorder.prepared_adders():
-            self._kernel_for(add, env_step, after)
+        if self._may_take_c_step:
+            for add in self.recorder.prepared_adders():
+                self._kernel_for(add, env_step, after)
+
+    @property
+    def _may_take_c_step(self) -> bool:
+        """No step or episode metadata: what the C step never records."""
+        return not self.has_step_metadata and self.episode_fn is None
 
     def _kernel_for(
         self, add: Any, env_step: Callable[[Any], Any], after: Callable[[Any, Any], Any]
     ) -> Callable[[Any], Any] | None:
-        if self.has_step_metadata or self.episode_fn is not None:
-            return None
         key = (add, env_step, after)  # the recorder reuses its buffers, and so their steps
         if key in self._kernels:
             return self._kernels[key]
