@@ -168,16 +168,19 @@ def _delete_dataset_files(path: epath.Path) -> None:
 def _create(
     path: epath.Path, info: Any, file_format: str, split: str, metadata: dict[str, Any] | None
 ) -> Prepared:
+    from google.protobuf import json_format
     from tensorflow_datasets.core import file_adapters
 
     info.set_file_format(file_adapters.FileFormat.from_value(file_format))
     if file_io.is_local(path):
-        info.write_to_directory(path)
+        _write_tfds_files(path, info)
     else:
-        _write_info_remotely(path, info)
+        _write_tfds_files_remotely(path, info)
     listing = {split: ([], 0)}
+    # dataset_info.json is what TFDS would write (`DatasetInfo.as_proto` as
+    # JSON); the first commit writes it once, with the split listed.
     return Prepared(
-        file_io.read_json(path / layout.DATASET_INFO),
+        json_format.MessageToDict(info.as_proto),
         {split: ([], 0)},
         {},
         metadata,
@@ -185,15 +188,27 @@ def _create(
     )
 
 
-def _write_info_remotely(path: epath.Path, info: Any) -> None:
+def _write_tfds_files(path: epath.PathLike, info: Any) -> None:
+    """`DatasetInfo.write_to_directory` but for dataset_info.json: features.json
+    and TFDS's metadata.json.
+
+    Written by TFDS, the info file would be replaced by the first commit
+    straight away; on ext4 a rename over an existing file flushes the new
+    one's blocks (about 0.1-0.3 ms of every new writer).
+    """
+    info.features.save_config(path)
+    if info.metadata is not None:
+        info.metadata.save_metadata(path)
+
+
+def _write_tfds_files_remotely(path: epath.Path, info: Any) -> None:
     """TFDS's files, made in a local directory and uploaded (TFDS would write
-    through TensorFlow's file system and rename); dataset_info.json last."""
+    through TensorFlow's file system and rename)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="rlds_writer-info-") as tmp:
-        info.write_to_directory(tmp)
-        names = sorted(os.listdir(tmp), key=lambda n: n == layout.DATASET_INFO)
-        for name in names:
+        _write_tfds_files(tmp, info)
+        for name in sorted(os.listdir(tmp)):
             with open(os.path.join(tmp, name), "rb") as f:
                 data = f.read()
             (path / name).write_bytes(data)

@@ -312,6 +312,11 @@ class DirectoryLock:
             return
         self._held = False
         try:
+            if self._fd is not None:
+                # Emptied first: closing an unlinked file that still holds
+                # data makes ext4 free its blocks there and then (~0.15 ms).
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, 0)
             # A directory turned read-only keeps the file: dropping the flock
             # below still frees the lock (the next taker overwrites the file).
             with contextlib.suppress(OSError):

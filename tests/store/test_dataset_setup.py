@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -68,3 +70,42 @@ def test_recording_a_dataset_never_imports_tensorflow(tmp_path):
         check=True,
     )
     assert out.stdout.split() == ["3", "False"], out.stderr[-2000:]
+
+
+def test_a_new_dataset_gets_tfds_own_info_file_once_with_its_split_listed(tmp_path, monkeypatch):
+    from google.protobuf import json_format
+
+    from rlds_writer.store import file_io
+    from rlds_writer.store.writer import DatasetWriter
+
+    replaced = []
+    atomic_write_text = file_io.atomic_write_text
+
+    def spy(path, text, fsync=False):
+        replaced.append((os.path.basename(path), os.path.exists(path)))
+        atomic_write_text(path, text, fsync)
+
+    monkeypatch.setattr(file_io, "atomic_write_text", spy)
+    directory = tmp_path / "ds"
+    writer = DatasetWriter(directory, _config(), split="eval", metadata={"seed": 3})
+    try:
+        # Written once, as a new file: on ext4 a rename over an existing file
+        # flushes the new one's blocks.
+        assert replaced == [("dataset_info.json", False)]
+        info = json.loads((directory / "dataset_info.json").read_text())
+        tfds_own = json.loads(json_format.MessageToJson(writer.info.as_proto, sort_keys=True))
+        assert {k: v for k, v in info.items() if k != "splits"} == tfds_own
+        assert info["splits"] == [
+            {
+                "filepathTemplate": "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}",
+                "name": "eval",
+                "numBytes": "0",
+                "shardLengths": [],
+            }
+        ]
+        builder = tfds.builder_from_directory(str(directory))
+        assert builder.info.splits["eval"].num_examples == 0
+        assert builder.info.features.to_json() == writer.info.features.to_json()
+        assert json.loads((directory / "metadata.json").read_text()) == {"seed": 3}
+    finally:
+        writer.close()

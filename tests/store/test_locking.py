@@ -158,3 +158,16 @@ def test_writer_directory_gives_each_writer_its_own_subdirectory(tmp_path):
     )
     with pytest.raises(ValueError):
         rlds_writer.store.writer_directory(tmp_path, "..")
+
+
+def test_a_released_lock_leaves_no_holder_where_its_file_survives(tmp_path):
+    # A read-only directory keeps the lock file; a second name of the file
+    # (a hard link) sees what such a survivor would hold after the release.
+    lock = DirectoryLock(tmp_path)
+    lock.acquire()
+    survivor = tmp_path / "survivor"
+    os.link(lock.path, survivor)
+    assert json.loads(survivor.read_text())["pid"] == os.getpid()
+    lock.release()
+    assert not lock.path.exists()
+    assert survivor.read_bytes() == b""  # the next taker finds no stale holder to report
