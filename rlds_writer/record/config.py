@@ -138,16 +138,8 @@ def feature_from_spec(
     import tensorflow_datasets as tfds
     from dm_env import specs
 
-    if isinstance(spec, Mapping):
-        return {
-            str(k): feature_from_spec(v, f"{path}/{k}", image_encoding, jpeg_quality)
-            for k, v in spec.items()
-        }
-    if isinstance(spec, list | tuple):
-        return {
-            str(i): feature_from_spec(v, f"{path}/{i}", image_encoding, jpeg_quality)
-            for i, v in enumerate(spec)
-        }
+    # Leaves first: a spec's first `isinstance(spec, Mapping)` walks every
+    # Mapping subclass loaded (0.1-0.25 ms per spec class with TFDS imported).
     if isinstance(spec, specs.StringArray):
         if tuple(spec.shape) == ():
             return tfds.features.Text()
@@ -164,6 +156,16 @@ def feature_from_spec(
         if is_image_like(shape, dtype):
             return image_feature(shape, dtype, image_encoding, jpeg_quality)
         return tfds.features.Tensor(shape=shape, dtype=dtype)
+    if isinstance(spec, list | tuple):
+        return {
+            str(i): feature_from_spec(v, f"{path}/{i}", image_encoding, jpeg_quality)
+            for i, v in enumerate(spec)
+        }
+    if isinstance(spec, Mapping):
+        return {
+            str(k): feature_from_spec(v, f"{path}/{k}", image_encoding, jpeg_quality)
+            for k, v in spec.items()
+        }
     raise SpecError(f"{path}: expected a dm_env spec or a nest of them, got {type(spec).__name__}")
 
 

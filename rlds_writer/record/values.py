@@ -89,7 +89,8 @@ def cast_value(field: field_specs.FieldSpec, value: Any) -> Any:
             field.key,
             f"expected {field.describe()}, got {describe(value)} (a string is not a bool)",
         )
-    if isinstance(value, Mapping):
+    # A number first: the Mapping ABC's first check of a type is slow (~0.1 ms).
+    if not isinstance(value, int | float) and isinstance(value, Mapping):
         raise StepValueError(field.key, f"expected {field.describe()}, got {describe(value)}")
     try:
         arr = np.array(value, dtype=dtype)
