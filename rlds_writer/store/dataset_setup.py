@@ -190,7 +190,7 @@ def _create(
 
 def _write_tfds_files(path: epath.PathLike, info: Any) -> None:
     """`DatasetInfo.write_to_directory` but for dataset_info.json: features.json
-    and TFDS's metadata.json.
+    and TFDS's metadata.json (`build_dataset_info` sets no license file).
 
     Written by TFDS, the info file would be replaced by the first commit
     straight away; on ext4 a rename over an existing file flushes the new
