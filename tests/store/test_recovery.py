@@ -242,10 +242,25 @@ def test_recover_is_refused_while_a_writer_is_open(dataset):
 def test_append_after_an_interrupted_creation_starts_afresh(tmp_path):
     directory = tmp_path / "ds"
     crash_child.write_dataset(directory, [], max_episodes_per_file=3)
-    # As if killed while TFDS wrote dataset_info.json at creation.
+    # As if a power loss emptied the first commit's dataset_info.json.
     (directory / layout.DATASET_INFO).write_text("")
     crash_child.write_dataset(directory, range(2), mode="append")
     assert crash_child.check_loaded(directory) == [0, 1]
+
+
+def test_a_creation_killed_before_its_first_commit_is_started_afresh(tmp_path):
+    directory = tmp_path / "ds"
+    crash_child.write_dataset(directory, [], max_episodes_per_file=3)
+    # As if killed after TFDS wrote features.json, before the first commit.
+    (directory / layout.DATASET_INFO).unlink()
+    assert not layout.holds_dataset(directory)
+    crash_child.write_dataset(directory, range(2))  # mode="error": nothing is there yet
+    assert crash_child.check_loaded(directory) == [0, 1]
+    (directory / layout.DATASET_INFO).unlink()
+    for shard in directory.glob("*.tfrecord-*"):
+        shard.unlink()
+    crash_child.write_dataset(directory, range(3), mode="append")
+    assert crash_child.check_loaded(directory) == [0, 1, 2]
 
 
 def test_recover_cleans_up_an_interrupted_creation(tmp_path):
