@@ -53,6 +53,7 @@ _INLINE_BELOW = 256 << 10
 # Queue items other than `(split, episode)`: objects, so that no split name is one.
 _FLUSH = object()
 _CLOSE = object()
+_STOP = object()  # ends the thread; the closing caller finishes the shards
 
 
 class DatasetWriter:
@@ -263,8 +264,14 @@ class DatasetWriter:
         self._closed = True
         exit_close.closed(self)
         if self._thread.is_alive():
-            done = threading.Event()
-            self._queue.put((_CLOSE, done))
+            if not self._queue.queue and self._waiting is None:
+                # Nothing queued: the shards are finished here while the thread
+                # wakes up and ends, not after its wake-up (0.1-0.2 ms a close).
+                self._queue.put((_STOP, None))
+                with self._io_lock:
+                    self._end()
+            else:
+                self._queue.put((_CLOSE, threading.Event()))
             self._thread.join()
         self.encoder.close()
         self._lock.release()
@@ -314,6 +321,8 @@ class DatasetWriter:
                 with self._io_lock:
                     self._guarded(self._commit_if_dirty)
                 continue
+            if item[0] is _STOP:
+                return
             with self._io_lock:
                 done = self._process(item)
             if done:
@@ -332,9 +341,7 @@ class DatasetWriter:
         """Handles one queued item (holding the I/O lock); True ends the thread."""
         kind, payload = item
         if kind == _CLOSE:
-            if self._error is not None:
-                self._shards.close_after_failure()
-            self._guarded(self._finish)
+            self._end()
             payload.set()
             return True
         if kind == _FLUSH:
@@ -359,7 +366,7 @@ class DatasetWriter:
         """The columns of the episode that will be written next, if it is already finished."""
         with self._queue.mutex:
             for kind, payload in self._queue.queue:
-                if kind not in (_FLUSH, _CLOSE):
+                if kind not in (_FLUSH, _CLOSE, _STOP):
                     return payload.columns
         waiting = self._waiting
         return waiting.columns if waiting is not None else None
@@ -384,6 +391,12 @@ class DatasetWriter:
         # the same clock: the env thread never writes dataset_info.json.
         if commit and time.monotonic() - self._last_commit >= self.commit_interval:
             self._commit()
+
+    def _end(self) -> None:
+        """Closes the shards and makes the last commit (holding the I/O lock)."""
+        if self._error is not None:
+            self._shards.close_after_failure()
+        self._guarded(self._finish)
 
     def _finish(self) -> None:
         self._shards.finish()
