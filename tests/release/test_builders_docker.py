@@ -60,3 +60,20 @@ def test_ci_runs_the_readme_test_command_and_nothing_names_an_index_but_pypi():
         for option in ("--index-url", "--extra-index-url", "--find-links", "PIP_INDEX_URL"):
             assert option not in text, f"{name} names a package index ({option!r})"
         assert "download.pytorch.org" not in text, name
+
+
+def test_image_gets_every_c_extension_setup_py_builds():
+    # setup.py's extensions are optional (a user without a compiler still
+    # installs); the image builds each in its compiler stage, copies the module
+    # in and fails to build without it.
+    setup_py = (_ROOT / "setup.py").read_text()
+    extensions = re.findall(r'Extension\(\s*"([\w.]+)",\s*\["([\w/.]+\.c)"\]', setup_py)
+    assert len(extensions) == 2, extensions
+    final = _DOCKERFILE.rsplit("\nFROM ", 1)[1]
+    for module, source in extensions:
+        package_dir, name = module.rsplit(".", 1)
+        package_dir = package_dir.replace(".", "/")
+        assert f"COPY {source} {package_dir}/" in _DOCKERFILE, source
+        assert f"COPY --from=extensions /src/{package_dir}/*.so {package_dir}/" in final, module
+        check = re.search(r'^RUN \.venv/bin/python -c "import ([\w., ]+)"$', final, re.MULTILINE)
+        assert check and module in check[1].split(", "), module
