@@ -1,7 +1,8 @@
 """Benchmark: rlds_writer side by side with the tools users would pick instead.
 
 The same deterministic rollouts are recorded by each peer, each measurement in
-a fresh process (imports are not timed), peers and repetitions interleaved:
+a fresh process (imports are not timed, but with `--cold`), peers and
+repetitions interleaved:
 
 * **ours**: `RecordRLDS` (the Gymnasium wrapper);
 * **tfds**: TFDS's own `SequentialWriter` fed per-step RLDS dicts (the
@@ -44,8 +45,14 @@ the size of what is left on disk. Three lengths: **fixed** (create, one 1-step
 episode, close), **short** (one episode) and **long** (several); *marginal*
 is (long - short) / (long steps - short steps).
 
+`--cold` measures instead the fixed run in a process that has imported nothing
+but numpy: the clock also runs over the imports of the peer, of its env's
+framework and whatever it loads on first use, as for a recording that is the
+only one of its process (an evaluation, a test, one episode per process of a
+sweep). It writes its own report section.
+
 Usage: `python benchmarks/peers.py [--repetitions 3] [--workloads catch,png84]
-[--peers ours,tfds] [--report [PATH]]`.
+[--peers ours,tfds] [--cold] [--report [PATH]]`.
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ import numpy as np  # noqa: E402
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SECTION = "## Side by side with the peers"
+COLD_SECTION = "## Cold start: the only recording of a process"
 
 # workload -> (steps per episode, episodes of the long run)
 WORKLOADS = {
@@ -551,13 +559,17 @@ def _disk_bytes(path: str) -> int:
     )
 
 
-def child(peer: str, workload: str, steps: int, episodes: int, out: str) -> dict[str, Any]:
-    """One measurement, in this (fresh) process."""
+def child(
+    peer: str, workload: str, steps: int, episodes: int, out: str, cold: bool = False
+) -> dict[str, Any]:
+    """One measurement, in this (fresh) process; `cold` times the imports too."""
     import importlib
 
-    for module in _IMPORTS[peer]:
-        importlib.import_module(module)
-    bare = _bare_loop(workload, steps, episodes)
+    bare = None
+    if not cold:
+        for module in _IMPORTS[peer]:
+            importlib.import_module(module)
+        bare = _bare_loop(workload, steps, episodes)
     cpu0, wall0 = _cpu_seconds(), time.perf_counter()
     loop = RUNNERS[peer](workload, steps, episodes, out)
     wall = time.perf_counter() - wall0
@@ -565,7 +577,7 @@ def child(peer: str, workload: str, steps: int, episodes: int, out: str) -> dict
     return {
         "wall": wall,
         "cpu": cpu,
-        "env_wait": max(loop - bare, 0.0),
+        "env_wait": max(loop - bare, 0.0) if bare is not None else None,
         "bytes": _disk_bytes(out),
         "steps": steps * episodes,
     }
@@ -590,10 +602,12 @@ def _peer_python(cache: str, peer: str, requirements: list[str]) -> str | None:
     return python
 
 
-def _measure(python: str, peer: str, workload: str, steps: int, episodes: int) -> dict | None:
+def _measure(
+    python: str, peer: str, workload: str, steps: int, episodes: int, cold: bool = False
+) -> dict | None:
     with tempfile.TemporaryDirectory(prefix="rlds_peers_") as tmp:
         args = [python, os.path.abspath(__file__), "--child", peer, workload, str(steps)]
-        args += [str(episodes), os.path.join(tmp, "out")]
+        args += [str(episodes), os.path.join(tmp, "out")] + (["--cold"] if cold else [])
         # Bytecode cached as in an installed package (an editable install of
         # rlds_writer would otherwise compile its lazily imported modules in
         # every timed run where the environment sets PYTHONDONTWRITEBYTECODE).
@@ -712,6 +726,41 @@ def report(results: dict, repetitions: int, command: str, quick: bool = False) -
     return "\n".join(lines) + "\n"
 
 
+def cold_report(results: dict, repetitions: int, command: str) -> str:
+    """The cold-start section: one row per peer, one column per workload."""
+    import platform
+
+    workloads = [w for w in WORKLOADS if any(k[1] == w for k in results)]
+    lines = [
+        COLD_SECTION,
+        "",
+        f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `{command}` on "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}. Medians of "
+        f"{repetitions} interleaved repetitions. Each is a 1-step recording (create, one "
+        "episode, close) in a fresh process that has imported only numpy: the clock runs "
+        "over the imports of the peer and of its env's framework (gymnasium or dm_env) "
+        "and over whatever it loads on first use. ms wall / CPU; ratios are the peer's "
+        "wall time over ours.",
+        "",
+        "| peer | " + " | ".join(workloads) + " |",
+        "|---|" + "---|" * len(workloads),
+    ]
+    for peer in PEERS:
+        cells = []
+        for workload in workloads:
+            runs = results.get((peer, workload, "cold"))
+            ours = results.get(("ours", workload, "cold"))
+            if not runs:
+                cells.append("—")
+                continue
+            wall, cpu = _median(runs, "wall"), _median(runs, "cpu")
+            ratio = f" ({wall / _median(ours, 'wall'):.2f}×)" if ours and peer != "ours" else ""
+            cells.append(f"{wall * 1e3:.0f} / {cpu * 1e3:.0f}{ratio}")
+        if any(c != "—" for c in cells):
+            lines.append(f"| {peer} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=3)
@@ -721,6 +770,11 @@ def main() -> None:
     parser.add_argument("--envlogger-python", help="python of a venv with envlogger installed")
     parser.add_argument("--lerobot-python", help="python of a venv with lerobot installed")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="only the fixed run, imports timed, in its own report section",
+    )
     sys.path.insert(0, _HERE)
     from report_sections import add_report_argument, write_section
 
@@ -728,7 +782,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         peer, workload, steps, episodes, out = args.child
-        print(json.dumps(child(peer, workload, int(steps), int(episodes), out)))
+        print(json.dumps(child(peer, workload, int(steps), int(episodes), out, args.cold)))
         return
     workloads = [w for w in args.workloads.split(",") if w]
     peers = [p for p in args.peers.split(",") if p]
@@ -747,18 +801,24 @@ def main() -> None:
     results: dict[tuple[str, str, str], list[dict]] = {}
     for rep in range(args.repetitions):
         for workload in workloads:
-            for length, (steps, episodes) in _lengths(workload, args.quick).items():
+            lengths = _lengths(workload, args.quick)
+            if args.cold:
+                lengths = {"cold": lengths["fixed"]}
+            for length, (steps, episodes) in lengths.items():
                 for peer in peers:
                     if workload not in PEERS[peer]:
                         continue
-                    r = _measure(pythons[peer], peer, workload, steps, episodes)
+                    r = _measure(pythons[peer], peer, workload, steps, episodes, args.cold)
                     print(f"rep {rep} {workload} {length} {peer}: {r}", file=sys.stderr)
                     if r:
                         results.setdefault((peer, workload, length), []).append(r)
     command = "python benchmarks/peers.py " + " ".join(sys.argv[1:])
-    text = report(results, args.repetitions, command.strip(), args.quick)
+    if args.cold:
+        text = cold_report(results, args.repetitions, command.strip())
+    else:
+        text = report(results, args.repetitions, command.strip(), args.quick)
     if args.report:
-        write_section(args.report, SECTION, text)
+        write_section(args.report, COLD_SECTION if args.cold else SECTION, text)
     print(text)
 
 
