@@ -257,3 +257,24 @@ def test_splits_named_like_the_writers_own_queue_items_are_written(tmp_path):
     builder = tfds.builder_from_directory(str(tmp_path / "d"))
     counts = {name: s.num_examples for name, s in builder.info.splits.items()}
     assert (counts["flush"], counts["close"]) == (1, 1), counts
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["written-inline", "queued"])
+def test_close_lists_every_episode_whether_written_inline_or_still_queued(tmp_path, queued):
+    # Small episodes are written inline and close() finishes the shards itself;
+    # large ones (> 256 KiB) go to the writer thread's queue, held here behind
+    # the I/O lock until close(), which must let the thread drain it first.
+    shape = (300, 300) if queued else (3,)
+    writer = DatasetWriter(tmp_path, _config(obs_shape=shape), commit_interval=3600)
+    if queued:
+        with writer._io_lock:
+            _record(writer, 6, steps=2, obs_shape=shape)
+            assert writer._queue.qsize() >= 5
+    else:
+        _record(writer, 6, steps=2, obs_shape=shape)
+        assert writer._queue.qsize() == 0
+    writer.close()
+    assert not writer._thread.is_alive()
+    assert _listed_episodes(tmp_path) == 6
+    firsts = [int(ep["steps"][0]["observation"].flat[0]) for ep in load_episodes(tmp_path)]
+    assert sorted(firsts) == list(range(6))
