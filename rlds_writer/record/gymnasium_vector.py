@@ -11,12 +11,14 @@ Gymnasium to RLDS is `RecordRLDS`'s (`record/gymnasium.py`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium
-import numpy as np
 from etils import epath
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import iterate
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.gymnasium_recording import OPTIONS_DOC, env_id, new_recording
@@ -40,6 +42,9 @@ def _env_info(infos: Mapping[str, Any], index: int) -> dict[str, Any]:
 
 
 _FINAL_KEYS = ("final_obs", "final_info")
+# The info of a recording that records nothing from it (no step or episode
+# metadata): never read, so never built per sub-env and step.
+_UNREAD: Mapping[str, Any] = {}
 
 
 class RecordRLDSVector(gymnasium.vector.VectorWrapper):
@@ -56,8 +61,6 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         **kwargs: Any,
     ):
         super().__init__(env)
-        from gymnasium.vector import AutoresetMode
-
         mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         self._mode = AutoresetMode(mode) if not isinstance(mode, AutoresetMode) else mode
         metadata = {
@@ -72,9 +75,20 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
             data_directory,
             {**kwargs, "metadata": metadata},
         )
+        recording = self._recording
+        self._reads_info = recording.has_step_metadata or recording.episode_fn is not None
+        # Per sub-env, as Python lists: numpy's scalar reads and writes cost
+        # more than the rest of a sub-env's step.
         n = env.num_envs
-        self._step_index = np.zeros(n, dtype=np.int64)
-        self._autoreset = np.zeros(n, dtype=bool)
+        self._step_index = [0] * n
+        self._autoreset = [False] * n
+        # Each sub-env's step adder, bound to its open episode (`Recording.step_adder`);
+        # None outside one and after a refused value: the general path handles both.
+        self._adders: list[Callable[..., None] | None] = [None] * n
+        # `iterate`'s implementations for the two spaces, looked up once, not
+        # through its dispatch at every step.
+        self._iterate_obs = iterate.dispatch(type(env.observation_space))
+        self._iterate_actions = iterate.dispatch(type(env.action_space))
         self._closed = False
 
     @property
@@ -84,28 +98,31 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        from gymnasium.vector.utils import iterate
-
         # Read the mask first: the vector env pops it from `options`.
         mask = (options or {}).get("reset_mask")
         obs, infos = self.env.reset(seed=seed, options=options)
         for i, obs_i in enumerate(iterate(self.env.observation_space, obs)):
             if mask is not None and not mask[i]:
                 continue
-            self._recording.begin(i, obs_i, _env_info(infos, i))
-            self._step_index[i] = 0
+            self._begin(i, obs_i, _env_info(infos, i))
             self._autoreset[i] = False
         return obs, infos
 
-    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        from gymnasium.vector.utils import iterate
+    def _begin(self, i: int, obs_i: Any, info_i: Mapping[str, Any]) -> None:
+        self._adders[i] = None  # unbound until the episode has begun
+        self._step_index[i] = 0
+        self._recording.begin(i, obs_i, info_i)
+        self._adders[i] = self._recording.step_adder(i)
 
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        observations = iterate(self.env.observation_space, obs)
-        action_items = iterate(self.env.action_space, actions)
+        observations = self._iterate_obs(self.env.observation_space, obs)
+        action_items = self._iterate_actions(self.env.action_space, actions)
         # A value refused for one sub-env must not cost the others their step:
         # every sub-env is recorded, then the first error is raised.
         first_error = None
+        terminations = terminations.tolist() if hasattr(terminations, "tolist") else terminations
+        truncations = truncations.tolist() if hasattr(truncations, "tolist") else truncations
         for i, (obs_i, action_i) in enumerate(zip(observations, action_items)):
             try:
                 self._record_sub_env(
@@ -120,40 +137,40 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
     def _record_sub_env(
         self, i: int, obs_i: Any, action_i: Any, reward: Any, term: Any, trunc: Any, infos: Any
     ) -> None:
-        from gymnasium.vector import AutoresetMode
-
         recording = self._recording
-        info_i = _env_info(infos, i)
+        info_i = _env_info(infos, i) if self._reads_info else _UNREAD
         if self._autoreset[i]:
             # next_step mode: this step reset sub-env i; its action was ignored.
             self._autoreset[i] = False
-            recording.begin(i, obs_i, info_i)
-            self._step_index[i] = 0
+            self._begin(i, obs_i, info_i)
             return
-        writer = recording.recorder
-        if not writer.in_episode(i) and not writer.stopped(i):
-            raise RuntimeError(f"sub-env {i} was stepped outside an episode: reset it first")
+        adder = self._adders[i]
+        if adder is None:
+            writer = recording.recorder
+            if not writer.in_episode(i) and not writer.stopped(i):
+                raise RuntimeError(f"sub-env {i} was stepped outside an episode: reset it first")
+            adder = functools.partial(recording.add, i)
         terminated, truncated = bool(term), bool(trunc)
         done = terminated or truncated
-        self._step_index[i] += 1
+        step_index = self._step_index[i] = self._step_index[i] + 1
+        if done:
+            self._adders[i] = None  # the episode ends with this step
         if done and self._mode == AutoresetMode.SAME_STEP:
             final_obs = infos["final_obs"][i]
             final_info = _env_info(infos["final_info"], i)
             reset_info = {k: v for k, v in info_i.items() if k not in _FINAL_KEYS}
             try:
-                recording.add(
-                    i, int(self._step_index[i]), action_i, final_obs, reward,
-                    terminated, truncated, final_info,
-                )  # fmt: skip
+                adder(step_index, action_i, final_obs, reward, terminated, truncated, final_info)
             finally:
-                recording.begin(i, obs_i, reset_info)
-                self._step_index[i] = 0
+                self._begin(i, obs_i, reset_info)
             return
         if done and self._mode == AutoresetMode.NEXT_STEP:
             self._autoreset[i] = True  # set first: a refused value must not lose it
-        recording.add(
-            i, int(self._step_index[i]), action_i, obs_i, reward, terminated, truncated, info_i
-        )
+        try:
+            adder(step_index, action_i, obs_i, reward, terminated, truncated, info_i)
+        except BaseException:
+            self._adders[i] = None  # cut short: its next steps go the general way
+            raise
 
     def flush(self) -> None:
         """Blocks until every finished episode is on disk."""

@@ -91,8 +91,8 @@ def key(obs0: np.ndarray) -> bytes:
     return np.asarray(obs0, np.float32).tobytes()
 
 
-def _record(venv: Any, path: Any, actions: np.ndarray) -> None:
-    env = RecordRLDSVector(venv, path, info_keys=["t"])
+def _record(venv: Any, path: Any, actions: np.ndarray, info_keys: tuple = ("t",)) -> None:
+    env = RecordRLDSVector(venv, path, info_keys=list(info_keys))
     env.reset(seed=SEED)
     for step_actions in actions:
         env.step(step_actions)
@@ -108,6 +108,17 @@ def test_vector_env_records_each_sub_env_episode_aligned(tmp_path, mode):
     _check(load(tmp_path / "ds"), want)
 
 
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_vector_env_without_step_metadata_records_each_sub_env_episode_aligned(tmp_path, mode):
+    # Without step metadata each sub-env's steps go through its episode's bound
+    # step adder, not the general path the test above takes.
+    actions = np.random.default_rng(2).integers(0, 2, size=(STEPS, NUM_ENVS))
+    want = reference(actions, mode)
+    venv = SyncVectorEnv([make_env] * NUM_ENVS, autoreset_mode=mode)
+    _record(venv, tmp_path / "ds", actions, info_keys=())
+    _check(load(tmp_path / "ds"), want, step_metadata=False)
+
+
 def test_async_vector_env_is_recorded_like_the_sync_one(tmp_path):
     from gymnasium.vector import AsyncVectorEnv
 
@@ -118,7 +129,9 @@ def test_async_vector_env_is_recorded_like_the_sync_one(tmp_path):
     _check(load(tmp_path / "ds"), want)
 
 
-def _check(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
+def _check(
+    got: list[dict[str, Any]], want: list[dict[str, Any]], step_metadata: bool = True
+) -> None:
     assert len(got) == len(want)
     # Several sub-envs finish episodes in one step; match episodes by their first observation.
     want_by_key = {key(w["obs"][0]): w for w in want}
@@ -132,7 +145,11 @@ def _check(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
         assert [int(s["action"]) for s in steps[:-1]] == w["actions"]
         assert [float(s["reward"]) for s in steps[:-1]] == w["rewards"]
         # The autoreset step never leaks in: step metadata counts 0..T in every episode.
-        assert [int(s["t"]) for s in steps] == w["t"] == list(range(n))
+        assert w["t"] == list(range(n))
+        if step_metadata:
+            assert [int(s["t"]) for s in steps] == w["t"]
+        else:
+            assert "t" not in steps[0]
         assert steps[-1]["action"] == 0 and steps[-1]["reward"] == 0
         assert [bool(s["is_first"]) for s in steps] == [True] + [False] * (n - 1)
         assert [bool(s["is_last"]) for s in steps] == [False] * (n - 1) + [True]
@@ -143,9 +160,10 @@ def _check(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
     assert any(len(w["obs"]) == 21 and not w["terminated"] for w in want)
 
 
-def test_vector_env_disabled_autoreset_records_after_masked_reset(tmp_path):
+@pytest.mark.parametrize("info_keys", [["t"], []], ids=["step-metadata", "no-metadata"])
+def test_vector_env_disabled_autoreset_records_after_masked_reset(tmp_path, info_keys):
     venv = SyncVectorEnv([make_env] * 2, autoreset_mode=AutoresetMode.DISABLED)
-    env = RecordRLDSVector(venv, tmp_path / "ds", info_keys=["t"])
+    env = RecordRLDSVector(venv, tmp_path / "ds", info_keys=info_keys)
     env.reset(seed=0)
     lengths = [0, 0]
     finished = []
@@ -161,4 +179,8 @@ def test_vector_env_disabled_autoreset_records_after_masked_reset(tmp_path):
     got = load(tmp_path / "ds")
     assert sorted(len(g["steps"]) for g in got) == sorted([n + 1 for n in finished + lengths])
     for g in got:
-        assert [int(s["t"]) for s in g["steps"]] == list(range(len(g["steps"])))
+        steps = g["steps"]
+        assert [bool(s["is_first"]) for s in steps] == [True] + [False] * (len(steps) - 1)
+        if info_keys:
+            assert [int(s["t"]) for s in steps] == list(range(len(steps)))
+
