@@ -41,6 +41,11 @@ def _env_info(infos: Mapping[str, Any], index: int) -> dict[str, Any]:
     return out
 
 
+def _items(values: Any) -> Any:
+    """A batch of scalars (an array, usually) as a list of Python scalars."""
+    return values.tolist() if hasattr(values, "tolist") else values
+
+
 _FINAL_KEYS = ("final_obs", "final_info")
 # The info of a recording that records nothing from it (no step or episode
 # metadata): never read, so never built per sub-env and step.
@@ -77,6 +82,7 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         )
         recording = self._recording
         self._reads_info = recording.has_step_metadata or recording.episode_fn is not None
+        self._plain_rewards = recording.default_reward and not self._reads_info
         # Per sub-env, as Python lists: numpy's scalar reads and writes cost
         # more than the rest of a sub-env's step.
         n = env.num_envs
@@ -121,13 +127,14 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         # A value refused for one sub-env must not cost the others their step:
         # every sub-env is recorded, then the first error is raised.
         first_error = None
-        terminations = terminations.tolist() if hasattr(terminations, "tolist") else terminations
-        truncations = truncations.tolist() if hasattr(truncations, "tolist") else truncations
+        # Python scalars read faster than numpy's, one sub-env at a time; the
+        # caller gets the env's own arrays back. Rewards only where nothing
+        # but `float(reward)` is stored from them (no user function sees them).
+        terms, truncs = _items(terminations), _items(truncations)
+        rewards_i = _items(rewards) if self._plain_rewards else rewards
         for i, (obs_i, action_i) in enumerate(zip(observations, action_items)):
             try:
-                self._record_sub_env(
-                    i, obs_i, action_i, rewards[i], terminations[i], truncations[i], infos
-                )
+                self._record_sub_env(i, obs_i, action_i, rewards_i[i], terms[i], truncs[i], infos)
             except StepValueError as e:
                 first_error = first_error or e
         if first_error is not None:

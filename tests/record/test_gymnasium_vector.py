@@ -184,3 +184,22 @@ def test_vector_env_disabled_autoreset_records_after_masked_reset(tmp_path, info
         if info_keys:
             assert [int(s["t"]) for s in steps] == list(range(len(steps)))
 
+
+@pytest.mark.parametrize("info_keys", [["t"], []], ids=["step-metadata", "no-metadata"])
+def test_step_returns_the_vector_envs_own_results(tmp_path, info_keys):
+    # What the wrapper reads for recording (Python scalars) never replaces
+    # what the caller gets: the vector env's own arrays and info.
+    results = []
+
+    class Spy(gym.vector.VectorWrapper):
+        def step(self, actions):
+            results.append(self.env.step(actions))
+            return results[-1]
+
+    env = RecordRLDSVector(Spy(SyncVectorEnv([make_env] * 2)), tmp_path / "ds", info_keys=info_keys)
+    env.reset(seed=0)
+    for _ in range(30):
+        got = env.step(np.array([0, 1]))
+        assert all(a is b for a, b in zip(got, results[-1]))
+        assert all(isinstance(x, np.ndarray) for x in got[1:4])
+    env.close()
