@@ -1,5 +1,6 @@
 /*
- * The mid-episode step of `EnvLogger` and `RecordRLDS` in C (see record/step_kernel.py).
+ * The mid-episode step of `EnvLogger`, `RecordRLDS` and `RecordRLDSVector` in C (see
+ * record/step_kernel.py).
  *
  * A `StepKernel` is called as `step(action)`. It steps the env and, when the
  * env's result is of the expected type and size, its items say the episode
@@ -11,7 +12,9 @@
  * episode's end, a value to cast or refuse, a buffer before `start`) goes to
  * `after(action, result)`, the Python step without the env call, which
  * decides as always. So the kernel never refuses a value: it only takes the
- * common case faster, and stores what the Python step would.
+ * common case faster, and stores what the Python step would. `record(action,
+ * result)` does the same for a result the caller already has (a sub-env's
+ * step of a vector env), without the env call.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -118,22 +121,11 @@ hand_over(StepKernel *k, PyObject *action, PyObject *ts)
     return result;
 }
 
+/* Records the env's result `ts` of `action` if every value is taken as it is,
+ * else hands both to `after`; returns the result. Steals the reference to `ts`. */
 static PyObject *
-kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+kernel_take(StepKernel *k, PyObject *action, PyObject *ts)
 {
-    StepKernel *k = (StepKernel *)self;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    if (nargs + nkw != 1
-        || (nkw == 1
-            && PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), s_action) != 0)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "step() takes one argument, the action");
-        return NULL;
-    }
-    PyObject *action = args[0];
-    PyObject *ts = PyObject_Vectorcall(k->env_step, &action, 1, NULL);
-    if (ts == NULL) return NULL;
     if ((PyObject *)Py_TYPE(ts) != k->result_type || PyTuple_GET_SIZE(ts) != k->result_size)
         return hand_over(k, action, ts);
     for (int i = 0; i < k->n_checks; i++)
@@ -202,6 +194,44 @@ error:
     Py_DECREF(ts);
     return NULL;
 }
+
+static PyObject *
+kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    StepKernel *k = (StepKernel *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs + nkw != 1
+        || (nkw == 1
+            && PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), s_action) != 0)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "step() takes one argument, the action");
+        return NULL;
+    }
+    PyObject *action = args[0];
+    PyObject *ts = PyObject_Vectorcall(k->env_step, &action, 1, NULL);
+    if (ts == NULL) return NULL;
+    return kernel_take(k, action, ts);
+}
+
+/* `record(action, result)`: the step without the env call, for a result the
+ * caller already has (a sub-env's step of a vector env). */
+static PyObject *
+kernel_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "record() takes the action and the env's result");
+        return NULL;
+    }
+    return kernel_take((StepKernel *)self, args[0], Py_NewRef(args[1]));
+}
+
+static PyMethodDef kernel_methods[] = {
+    {"record", (PyCFunction)(void (*)(void))kernel_record, METH_FASTCALL,
+     "record(action, result): records the env's result of the action as step() does, "
+     "without calling the env; returns the result"},
+    {NULL, NULL, 0, NULL},
+};
 
 static int
 parse_leaf(Leaf *leaf, PyObject *spec)
@@ -398,13 +428,15 @@ static PyTypeObject StepKernelType = {
     .tp_clear = (inquiry)kernel_clear,
     .tp_call = PyVectorcall_Call,
     .tp_members = kernel_members,
+    .tp_methods = kernel_methods,
     .tp_vectorcall_offset = offsetof(StepKernel, vectorcall),
 };
 
 static struct PyModuleDef kernel_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_step_kernel",
-    .m_doc = "The mid-episode step of EnvLogger and RecordRLDS in C (record/step_kernel.py).",
+    .m_doc = "The mid-episode step of EnvLogger and the Gymnasium wrappers in C "
+             "(record/step_kernel.py).",
     .m_size = -1,
 };
 

@@ -12,6 +12,7 @@ Gymnasium to RLDS is `RecordRLDS`'s (`record/gymnasium.py`).
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -91,6 +92,10 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         # Each sub-env's step adder, bound to its open episode (`Recording.step_adder`);
         # None outside one and after a refused value: the general path handles both.
         self._adders: list[Callable[..., None] | None] = [None] * n
+        # And its C step (`record.step_kernel`), where the recording can take
+        # one: `record(action, result)` for the sub-env's mid-episode steps.
+        self._kernels: list[Any] = [None] * n
+        self._afters = [_after_of(self, i) for i in range(n)]
         # `iterate`'s implementations for the two spaces, looked up once, not
         # through its dispatch at every step.
         self._iterate_obs = iterate.dispatch(type(env.observation_space))
@@ -115,10 +120,22 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         return obs, infos
 
     def _begin(self, i: int, obs_i: Any, info_i: Mapping[str, Any]) -> None:
-        self._adders[i] = None  # unbound until the episode has begun
+        self._unbind(i)  # until the episode has begun
         self._step_index[i] = 0
         self._recording.begin(i, obs_i, info_i)
         self._adders[i] = self._recording.step_adder(i)
+        self._kernels[i] = self._recording.step_kernel(i, self.env.step, self._afters[i])
+
+    def _unbind(self, i: int) -> None:
+        """Sub-env `i`'s steps go the general way: outside an episode, or after it ended."""
+        self._adders[i] = self._kernels[i] = None
+
+    def _after(self, i: int, action: Any, result: Any) -> Any:
+        """Records a result of sub-env `i` that its C step did not take as it is."""
+        obs, reward, terminated, truncated, info = result
+        adder = self._adders[i] or functools.partial(self._recording.add, i)
+        adder(self._step_index[i], action, obs, reward, terminated, truncated, info)
+        return result
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
@@ -160,8 +177,16 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         terminated, truncated = bool(term), bool(trunc)
         done = terminated or truncated
         step_index = self._step_index[i] = self._step_index[i] + 1
+        kernel = self._kernels[i]
+        if kernel is not None and not done:
+            try:
+                kernel.record(action_i, (obs_i, reward, False, False, info_i))
+            except BaseException:
+                self._unbind(i)  # cut short: its next steps go the general way
+                raise
+            return
         if done:
-            self._adders[i] = None  # the episode ends with this step
+            self._unbind(i)  # the episode ends with this step
         if done and self._mode == AutoresetMode.SAME_STEP:
             final_obs = infos["final_obs"][i]
             final_info = _env_info(infos["final_info"], i)
@@ -176,7 +201,7 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         try:
             adder(step_index, action_i, obs_i, reward, terminated, truncated, info_i)
         except BaseException:
-            self._adders[i] = None  # cut short: its next steps go the general way
+            self._unbind(i)  # cut short: its next steps go the general way
             raise
 
     def flush(self) -> None:
@@ -188,7 +213,20 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         if self._closed:
             return
         self._closed = True
+        for i in range(len(self._adders)):
+            self._unbind(i)
         try:
             self._recording.recorder.close()
         finally:
             self.env.close(**kwargs)
+
+
+def _after_of(wrapper: RecordRLDSVector, i: int) -> Callable[[Any, Any], Any]:
+    """`wrapper._after` for sub-env `i`, holding the wrapper weakly: the C steps
+    it goes into must not keep the wrapper alive."""
+    ref = weakref.ref(wrapper)
+
+    def after(action: Any, result: Any) -> Any:
+        return ref()._after(i, action, result)
+
+    return after

@@ -203,3 +203,79 @@ def test_step_returns_the_vector_envs_own_results(tmp_path, info_keys):
         assert all(a is b for a, b in zip(got, results[-1]))
         assert all(isinstance(x, np.ndarray) for x in got[1:4])
     env.close()
+
+
+def _record_c_and_python(tmp_path, monkeypatch, make, mode, actions) -> dict[str, set]:
+    """Records the same run with the C step and with the Python step; the kinds of step used."""
+    from rlds_writer.record import step_kernel
+
+    kinds = {}
+    for name, pure_python in (("c", False), ("py", True)):
+        if pure_python:
+            monkeypatch.setenv(step_kernel.PURE_PYTHON_ENV, "1")
+        else:
+            monkeypatch.delenv(step_kernel.PURE_PYTHON_ENV, raising=False)
+        venv = SyncVectorEnv([make] * NUM_ENVS, autoreset_mode=mode)
+        env = RecordRLDSVector(venv, tmp_path / name)
+        env.reset(seed=SEED)
+        kinds[name] = {type(k).__name__ for k in env._kernels}
+        for step_actions in actions:
+            env.step(step_actions)
+        env.close()
+    return kinds
+
+
+def _shards(path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.glob("*.tfrecord-*"))}
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_vector_c_step_records_the_same_shards_as_the_python_step(tmp_path, monkeypatch, mode):
+    from rlds_writer.record import step_kernel
+
+    if not step_kernel.available():
+        pytest.skip("the C step is not built (no C compiler at install)")
+    actions = np.random.default_rng(3).integers(0, 2, size=(STEPS, NUM_ENVS))
+    kinds = _record_c_and_python(tmp_path, monkeypatch, make_env, mode, actions)
+    assert kinds == {"c": {"StepKernel"}, "py": {"NoneType"}}
+    c_shards = _shards(tmp_path / "c")
+    assert c_shards and c_shards == _shards(tmp_path / "py")
+    _check(load(tmp_path / "c"), reference(actions, mode), step_metadata=False)
+
+
+def test_vector_c_step_leaves_actions_to_cast_to_the_python_step(tmp_path, monkeypatch):
+    from rlds_writer.record import step_kernel
+
+    if not step_kernel.available():
+        pytest.skip("the C step is not built (no C compiler at install)")
+
+    def pendulum() -> gym.Env:
+        return gym.make("Pendulum-v1", max_episode_steps=15)
+
+    # float32 actions are the column's dtype (the C step takes them); float64
+    # ones are cast by the Python step. Both runs store the same float32s.
+    rng = np.random.default_rng(4)
+    actions = [
+        rng.uniform(-2, 2, (NUM_ENVS, 1)).astype(np.float32 if t % 3 else np.float64)
+        for t in range(40)
+    ]
+    kinds = _record_c_and_python(tmp_path, monkeypatch, pendulum, AutoresetMode.NEXT_STEP, actions)
+    assert kinds["c"] == {"StepKernel"}
+    c_shards = _shards(tmp_path / "c")
+    assert c_shards and c_shards == _shards(tmp_path / "py")
+    steps = load(tmp_path / "c")[0]["steps"]
+    assert steps[0]["action"].dtype == np.float32
+    np.testing.assert_array_equal(steps[0]["action"], actions[0][0].astype(np.float32))
+
+
+def test_vector_recording_with_the_c_step_lets_the_wrapper_go(tmp_path):
+    import gc
+    import weakref
+
+    env = RecordRLDSVector(SyncVectorEnv([make_env] * 2), tmp_path / "ds")
+    env.reset(seed=0)
+    env.step(np.array([0, 1]))
+    gone = weakref.ref(env)
+    del env
+    gc.collect()
+    assert gone() is None  # and exit wrote the open episodes, cut short
