@@ -112,7 +112,7 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         # Read the mask first: the vector env pops it from `options`.
         mask = (options or {}).get("reset_mask")
         obs, infos = self.env.reset(seed=seed, options=options)
-        for i, obs_i in enumerate(iterate(self.env.observation_space, obs)):
+        for i, obs_i in enumerate(self._iterate_obs(self.env.observation_space, obs)):
             if mask is not None and not mask[i]:
                 continue
             self._begin(i, obs_i, _env_info(infos, i))
