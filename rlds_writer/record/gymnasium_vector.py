@@ -124,6 +124,7 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         self._step_index[i] = 0
         self._recording.begin(i, obs_i, info_i)
         self._adders[i] = self._recording.step_adder(i)
+        # Used through `record(action, result)` only, which never calls the env's step.
         self._kernels[i] = self._recording.step_kernel(i, self.env.step, self._afters[i])
 
     def _unbind(self, i: int) -> None:
