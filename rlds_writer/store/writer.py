@@ -271,7 +271,7 @@ class DatasetWriter:
                 with self._io_lock:
                     self._end()
             else:
-                self._queue.put((_CLOSE, threading.Event()))
+                self._queue.put((_CLOSE, None))  # the join below waits for it
             self._thread.join()
         self.encoder.close()
         self._lock.release()
@@ -342,7 +342,6 @@ class DatasetWriter:
         kind, payload = item
         if kind == _CLOSE:
             self._end()
-            payload.set()
             return True
         if kind == _FLUSH:
             self._guarded(self._commit)
