@@ -6,7 +6,7 @@ runs it too); this is the public entry point, which takes the directory lock.
 
 from __future__ import annotations
 
-from etils import epath
+from typing import TYPE_CHECKING
 
 from rlds_writer.store import file_io
 from rlds_writer.store.dataset import Dataset
@@ -14,6 +14,9 @@ from rlds_writer.store.locate import not_a_dataset
 from rlds_writer.store.locking import DirectoryLock
 from rlds_writer.store.object_path import as_path
 from rlds_writer.store.recovery import RecoveryReport, ShardReport, run_recovery
+
+if TYPE_CHECKING:
+    from etils import epath
 
 __all__ = ["RecoveryReport", "ShardReport", "recover"]
 

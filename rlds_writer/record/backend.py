@@ -26,14 +26,15 @@ episode from arrays.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
-
-from etils import epath
+from typing import TYPE_CHECKING, Any
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.recorder import Recorder
 from rlds_writer.record.whole_episodes import episode_calls
 from rlds_writer.store.shards import DEFAULT_FILE_FORMAT
+
+if TYPE_CHECKING:
+    from etils import epath
 
 _SLOT = 0
 

@@ -1,13 +1,22 @@
-"""Dataset configs: TFDS's RLDS `DatasetConfig` and building one from env specs."""
+"""Dataset configs: TFDS's RLDS `DatasetConfig` and building one from env specs.
+
+The recorders build their features from env specs and spaces as
+`store.feature_defs` (`spec_def`, `image_def`, `env_config`, and
+`record.spaces`), so a recording leaves TFDS unimported (about 135 ms of a
+short recording); the public builders (`feature_from_spec`, `image_feature`,
+`config_from_env`) give the same features as TFDS's own objects.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from rlds_writer.errors import SpecError
+from rlds_writer.store import feature_defs
 from rlds_writer.store.image_codecs import DEFAULT_JPEG_QUALITY
 
 
@@ -16,6 +25,57 @@ def dataset_config_class() -> type:
     from tensorflow_datasets.rlds import rlds_base
 
     return rlds_base.DatasetConfig
+
+
+@dataclasses.dataclass
+class RecordingConfig:
+    """The fields of TFDS's RLDS `DatasetConfig` that the writer reads, without TFDS.
+
+    The writer takes either; `as_tfds_config` gives TFDS's.
+    """
+
+    name: str
+    observation_info: Any = None
+    action_info: Any = None
+    reward_info: Any = None
+    discount_info: Any = None
+    step_metadata_info: dict[str, Any] | None = None
+    episode_metadata_info: dict[str, Any] | None = None
+    overall_description: str = ""
+    homepage: str = ""
+    citation: str = ""
+    supervised_keys: Any = None
+
+
+_FEATURE_FIELDS = (
+    "observation_info",
+    "action_info",
+    "reward_info",
+    "discount_info",
+    "step_metadata_info",
+    "episode_metadata_info",
+)
+
+
+def recording_config(**fields: Any) -> Any:
+    """A `RecordingConfig` of `fields`, or TFDS's `DatasetConfig` for fields it alone has."""
+    names = {f.name for f in dataclasses.fields(RecordingConfig)}
+    if set(fields) <= names:
+        return RecordingConfig(**fields)
+    return as_tfds_config(fields)
+
+
+def as_tfds_config(config: Any) -> Any:
+    """TFDS's `DatasetConfig` of a `RecordingConfig` (or of its fields as a dict)."""
+    if isinstance(config, RecordingConfig):  # not `asdict`: it would unmake the features
+        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    elif isinstance(config, Mapping):
+        fields = dict(config)
+    else:
+        return config  # TFDS's already
+    for name in _FEATURE_FIELDS:
+        fields[name] = feature_defs.as_tfds(fields.get(name))
+    return dataset_config_class()(**fields)
 
 
 # Boxes of rank 2 or 3 at least this large are treated as images.
@@ -55,6 +115,16 @@ def image_feature(
     image_encoding: str = DEFAULT_IMAGE_ENCODING,
     jpeg_quality: int = DEFAULT_JPEG_QUALITY,
 ) -> Any:
+    """`image_def` as TFDS's own feature (`tfds.features.Image` or `Tensor`)."""
+    return feature_defs.as_tfds(image_def(shape, dtype, image_encoding, jpeg_quality))
+
+
+def image_def(
+    shape: Sequence[int],
+    dtype: Any,
+    image_encoding: str = DEFAULT_IMAGE_ENCODING,
+    jpeg_quality: int = DEFAULT_JPEG_QUALITY,
+) -> Any:
     """The feature an image of this shape and dtype is stored as.
 
     * "png": uint8 and uint16 (H, W, 1|3|4) -> PNG `Image`;
@@ -74,10 +144,8 @@ def image_feature(
         `jpeg_quality` for the encoder; `features.json` does not store it).
 
     Returns:
-      A `tfds.features.Image` or `tfds.features.Tensor`.
+      A `store.feature_defs` `Image` or `Tensor`.
     """
-    import tensorflow_datasets as tfds
-
     check_image_encoding(image_encoding, jpeg_quality)
     shape = tuple(int(d) for d in shape)
     dtype = np.dtype(dtype)
@@ -92,18 +160,10 @@ def image_feature(
         elif dtype == np.float32 and channels == 1:
             fmt = "png"
         if fmt is not None:
-            feature = tfds.features.Image(shape=shape, dtype=dtype, encoding_format=fmt)
-            if fmt == "jpeg":
-                feature.jpeg_quality = int(jpeg_quality)
-            return feature
-        return _tensor(tfds, shape, dtype, "bytes" if dtype == np.uint8 else "none")
-    return _tensor(tfds, shape, dtype, image_encoding if dtype == np.uint8 else "none")
-
-
-def _tensor(tfds: Any, shape: tuple[int, ...], dtype: np.dtype, encoding: str) -> Any:
-    if encoding == "none":
-        return tfds.features.Tensor(shape=shape, dtype=dtype)
-    return tfds.features.Tensor(shape=shape, dtype=dtype, encoding=encoding)
+            quality = int(jpeg_quality) if fmt == "jpeg" else None
+            return feature_defs.Image(shape, dtype, fmt, quality)
+        return feature_defs.Tensor(shape, dtype, "bytes" if dtype == np.uint8 else "none")
+    return feature_defs.Tensor(shape, dtype, image_encoding if dtype == np.uint8 else "none")
 
 
 def is_image_like(shape: Sequence[int], dtype: Any) -> bool:
@@ -118,7 +178,17 @@ def feature_from_spec(
     image_encoding: str = DEFAULT_IMAGE_ENCODING,
     jpeg_quality: int = DEFAULT_JPEG_QUALITY,
 ) -> Any:
-    """Turns a dm_env spec (or a nest of specs) into a TFDS feature.
+    """`spec_def` as TFDS's own features (a dict of them for nested specs)."""
+    return feature_defs.as_tfds(spec_def(spec, path, image_encoding, jpeg_quality))
+
+
+def spec_def(
+    spec: Any,
+    path: str = "spec",
+    image_encoding: str = DEFAULT_IMAGE_ENCODING,
+    jpeg_quality: int = DEFAULT_JPEG_QUALITY,
+) -> Any:
+    """Turns a dm_env spec (or a nest of specs) into a feature.
 
     Args:
       spec: a `dm_env.specs.Array` (or `BoundedArray`, `DiscreteArray`,
@@ -129,44 +199,48 @@ def feature_from_spec(
       jpeg_quality: JPEG quality 1..100 for `image_encoding="jpeg"`.
 
     Returns:
-      A TFDS feature connector, or a dict of them for nested specs (lists and
-      tuples become dicts keyed by the element index as a string).
+      A `store.feature_defs` feature (TFDS's `Tensor` for a string array with
+      a shape, which they do not hold), or a dict of them for nested specs
+      (lists and tuples become dicts keyed by the element index as a string).
 
     Raises:
       SpecError: if a spec cannot be represented.
     """
-    import tensorflow_datasets as tfds
     from dm_env import specs
 
     # Leaves first: a spec's first `isinstance(spec, Mapping)` walks every
     # Mapping subclass loaded (0.1-0.25 ms per spec class with TFDS imported).
     if isinstance(spec, specs.StringArray):
-        if tuple(spec.shape) == ():
-            return tfds.features.Text()
-        return tfds.features.Tensor(shape=tuple(spec.shape), dtype=np.object_)
+        return _string_feature(tuple(spec.shape))
     if isinstance(spec, specs.Array):
         dtype = np.dtype(spec.dtype)
         shape = tuple(int(d) for d in spec.shape)
         if dtype.kind in "SUO":
-            if shape == ():
-                return tfds.features.Text()
-            return tfds.features.Tensor(shape=shape, dtype=np.object_)
+            return _string_feature(shape)
         if dtype.kind not in "biuf":
             raise SpecError(f"{path}: dtype {dtype} is not supported by TFDS tensors")
         if is_image_like(shape, dtype):
-            return image_feature(shape, dtype, image_encoding, jpeg_quality)
-        return tfds.features.Tensor(shape=shape, dtype=dtype)
+            return image_def(shape, dtype, image_encoding, jpeg_quality)
+        return feature_defs.Tensor(shape, dtype)
     if isinstance(spec, list | tuple):
         return {
-            str(i): feature_from_spec(v, f"{path}/{i}", image_encoding, jpeg_quality)
+            str(i): spec_def(v, f"{path}/{i}", image_encoding, jpeg_quality)
             for i, v in enumerate(spec)
         }
     if isinstance(spec, Mapping):
         return {
-            str(k): feature_from_spec(v, f"{path}/{k}", image_encoding, jpeg_quality)
+            str(k): spec_def(v, f"{path}/{k}", image_encoding, jpeg_quality)
             for k, v in spec.items()
         }
     raise SpecError(f"{path}: expected a dm_env spec or a nest of them, got {type(spec).__name__}")
+
+
+def _string_feature(shape: tuple[int, ...]) -> Any:
+    if shape == ():
+        return feature_defs.Text()
+    import tensorflow_datasets as tfds
+
+    return tfds.features.Tensor(shape=shape, dtype=np.object_)
 
 
 def config_from_env(
@@ -179,7 +253,31 @@ def config_from_env(
     jpeg_quality: int = DEFAULT_JPEG_QUALITY,
     **config_kwargs: Any,
 ) -> Any:
-    """Builds an RLDS `DatasetConfig` from a dm_env environment's specs.
+    """`env_config` as TFDS's `tfds.rlds.rlds_base.DatasetConfig` of TFDS's features."""
+    return as_tfds_config(
+        env_config(
+            env,
+            name,
+            step_metadata_info=step_metadata_info,
+            episode_metadata_info=episode_metadata_info,
+            image_encoding=image_encoding,
+            jpeg_quality=jpeg_quality,
+            **config_kwargs,
+        )
+    )
+
+
+def env_config(
+    env: Any,
+    name: str,
+    *,
+    step_metadata_info: Mapping[str, Any] | None = None,
+    episode_metadata_info: Mapping[str, Any] | None = None,
+    image_encoding: str = DEFAULT_IMAGE_ENCODING,
+    jpeg_quality: int = DEFAULT_JPEG_QUALITY,
+    **config_kwargs: Any,
+) -> Any:
+    """Builds an RLDS dataset config from a dm_env environment's specs.
 
     Args:
       env: a `dm_env.Environment`.
@@ -193,24 +291,20 @@ def config_from_env(
       **config_kwargs: other `DatasetConfig` fields (description, homepage, ...).
 
     Returns:
-      A `tfds.rlds.rlds_base.DatasetConfig`.
+      A `RecordingConfig` of `store.feature_defs` features (TFDS's
+      `DatasetConfig` where `config_kwargs` name a field only it has).
     """
     check_image_encoding(image_encoding, jpeg_quality)
     enc = (image_encoding, jpeg_quality)
     reward_spec = env.reward_spec() if hasattr(env, "reward_spec") else None
     discount_spec = env.discount_spec() if hasattr(env, "discount_spec") else None
-    dataset_config = dataset_config_class()
-    return dataset_config(
+    return recording_config(
         name=name,
-        observation_info=feature_from_spec(env.observation_spec(), "observation", *enc),
-        action_info=feature_from_spec(env.action_spec(), "action", *enc),
-        reward_info=(
-            feature_from_spec(reward_spec, "reward", *enc) if reward_spec is not None else None
-        ),
+        observation_info=spec_def(env.observation_spec(), "observation", *enc),
+        action_info=spec_def(env.action_spec(), "action", *enc),
+        reward_info=spec_def(reward_spec, "reward", *enc) if reward_spec is not None else None,
         discount_info=(
-            feature_from_spec(discount_spec, "discount", *enc)
-            if discount_spec is not None
-            else None
+            spec_def(discount_spec, "discount", *enc) if discount_spec is not None else None
         ),
         step_metadata_info=dict(step_metadata_info or {}),
         episode_metadata_info=dict(episode_metadata_info or {}),

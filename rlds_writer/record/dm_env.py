@@ -17,9 +17,9 @@ from rlds_writer.errors import StepValueError
 from rlds_writer.record import step_kernel
 from rlds_writer.record.appender import StepBody, compile_source
 from rlds_writer.record.backend import TFDSBackendWriter
-from rlds_writer.record.config import config_from_env
+from rlds_writer.record.config import env_config
 from rlds_writer.record.recorder import user_fn_result
-from rlds_writer.store import end_reasons, json_values
+from rlds_writer.store import end_reasons, feature_defs, json_values
 
 _FIRST = dm_env.StepType.FIRST
 _LAST = dm_env.StepType.LAST
@@ -35,7 +35,7 @@ class EnvLogger(dm_env.Environment):
       env: the environment to record.
       backend: a `TFDSBackendWriter` (or anything with its recorder methods).
       data_directory: if no backend is given, record here with a config built
-        from the env's specs (`config_from_env`, plus the `end_reason` episode
+        from the env's specs (`env_config`, plus the `end_reason` episode
         field).
       step_fn: `step_fn(timestep, action, env) -> dict`, called at every reset
         (with `action=None`) and step; its dict is stored as that timestep's
@@ -63,11 +63,9 @@ class EnvLogger(dm_env.Environment):
         if backend is None:
             if data_directory is None:
                 raise ValueError("EnvLogger needs a backend or a data_directory")
-            import tensorflow_datasets as tfds
-
             # The config is ours to build: it says why each episode ended.
-            config = config_from_env(
-                env, name, episode_metadata_info={end_reasons.END_REASON: tfds.features.Text()}
+            config = env_config(
+                env, name, episode_metadata_info={end_reasons.END_REASON: feature_defs.Text()}
             )
             backend = TFDSBackendWriter(data_directory, config, **backend_kwargs)
         elif data_directory is not None or backend_kwargs:

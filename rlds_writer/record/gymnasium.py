@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium
-from etils import epath
 
 from rlds_writer.record.gymnasium_recording import OPTIONS_DOC, env_id, new_recording
 from rlds_writer.record.recorder import Recorder
+
+if TYPE_CHECKING:
+    from etils import epath
 
 
 class RecordRLDS(gymnasium.Wrapper):

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from etils import epath
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record import spaces as spaces_lib
 from rlds_writer.record import step_kernel
 from rlds_writer.record.recorder import Recorder, user_fn_result
+
+if TYPE_CHECKING:
+    from etils import epath
 
 StepFn = Callable[[Any, Any, Any, bool, bool, Mapping[str, Any]], Any]
 
@@ -105,7 +107,7 @@ class Recording:
             infer = needs_step or (episode_fn is not None and not declared_episode)
 
             def make_config(step_info: dict, episode_info: dict) -> Any:
-                return spaces_lib.config_from_spaces(
+                return spaces_lib.spaces_config(
                     observation_space,
                     action_space,
                     name,

@@ -14,16 +14,18 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium
-from etils import epath
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import iterate
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.gymnasium_recording import OPTIONS_DOC, env_id, new_recording
 from rlds_writer.record.recorder import Recorder
+
+if TYPE_CHECKING:
+    from etils import epath
 
 
 def _env_info(infos: Mapping[str, Any], index: int) -> dict[str, Any]:

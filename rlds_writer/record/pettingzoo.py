@@ -34,17 +34,20 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from etils import epath
 from pettingzoo.utils.wrappers import BaseParallelWrapper, BaseWrapper
 
 from rlds_writer.errors import SpecError
 from rlds_writer.record.gymnasium_recording import Recording, new_recording
 from rlds_writer.record.pettingzoo_joint import JointRecording, check_layout
 from rlds_writer.record.recorder import Recorder
-from rlds_writer.store import names
+from rlds_writer.store import feature_defs, names
+from rlds_writer.store.object_path import as_path
+
+if TYPE_CHECKING:
+    from etils import epath
 
 _SUFFIX = re.compile(r"_\d+$")
 
@@ -55,12 +58,10 @@ def default_agent_group(agent_id: Any) -> str:
 
 
 def _episode_metadata_info() -> dict[str, Any]:
-    import tensorflow_datasets as tfds
-
     return {
-        "env_episode_id": tfds.features.Text(),
-        "env_episode_index": tfds.features.Scalar(np.int64),
-        "agent_id": tfds.features.Text(),
+        "env_episode_id": feature_defs.Text(),
+        "env_episode_index": feature_defs.Scalar(np.int64),
+        "agent_id": feature_defs.Text(),
     }
 
 
@@ -81,7 +82,7 @@ class _MultiAgentRecording:
                     "metadata is env_episode_id, env_episode_index and agent_id"
                 )
         group_of = agent_group or default_agent_group
-        root = epath.Path(data_directory)
+        root = as_path(data_directory)
         members: dict[str, list[Any]] = {}
         for agent in env.possible_agents:
             group = str(group_of(agent))

@@ -33,16 +33,19 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from etils import epath
 
 from rlds_writer.errors import SpecError, StepValueError
 from rlds_writer.record import spaces as spaces_lib
 from rlds_writer.record.gymnasium_recording import action_caster
 from rlds_writer.record.recorder import Recorder
-from rlds_writer.store import field_specs, names
+from rlds_writer.store import feature_defs, field_specs, names
+from rlds_writer.store.object_path import as_path
+
+if TYPE_CHECKING:
+    from etils import epath
 
 LAYOUTS = ("per_agent", "joint")
 MASKS = ("acted", "alive", "terminated", "truncated")
@@ -97,7 +100,6 @@ class JointRecording:
         options: dict[str, Any],
     ):
         import gymnasium
-        import tensorflow_datasets as tfds
 
         given = sorted(k for k in _UNSUPPORTED if options.get(k) not in (None, False, ()))
         if given:
@@ -139,21 +141,21 @@ class JointRecording:
         image_encoding = options.pop("image_encoding", spaces_lib.DEFAULT_IMAGE_ENCODING)
         jpeg_quality = options.pop("jpeg_quality", spaces_lib.DEFAULT_JPEG_QUALITY)
         name = options.pop("name", "rlds_dataset")
-        flag = {k: tfds.features.Scalar(np.bool_) for k in self.keys}
+        flag = {k: feature_defs.Scalar(np.bool_) for k in self.keys}
         step_info: dict[str, Any] = {m: dict(flag) for m in MASKS}
         if record_state:
-            step_info["state"] = spaces_lib.feature_from_space(
+            step_info["state"] = spaces_lib.space_def(
                 env.state_space, "state", image_encoding, jpeg_quality
             )
         episode_info = {
-            "env_episode_id": tfds.features.Text(),
-            "env_episode_index": tfds.features.Scalar(np.int64),
-            "agents": tfds.features.Text(),
-            "seed": tfds.features.Scalar(np.int64),
+            "env_episode_id": feature_defs.Text(),
+            "env_episode_index": feature_defs.Scalar(np.int64),
+            "agents": feature_defs.Text(),
+            "seed": feature_defs.Scalar(np.int64),
         }
 
         def make_config(step_info: dict, episode_info: dict) -> Any:
-            return spaces_lib.config_from_spaces(
+            return spaces_lib.spaces_config(
                 gymnasium.spaces.Dict(obs_spaces),
                 gymnasium.spaces.Dict(act_spaces),
                 name,
@@ -182,7 +184,7 @@ class JointRecording:
             metadata=metadata,
             **options,
         )
-        self.directory = epath.Path(data_directory)
+        self.directory = as_path(data_directory)
         steps = self.recorder.writer.features[field_specs.STEPS].feature
         self.zero_obs = {k: field_specs.zero_value(steps["observation"][k]) for k in self.keys}
         self.zero_action = {k: field_specs.zero_value(steps["action"][k]) for k in self.keys}

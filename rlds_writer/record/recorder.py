@@ -27,23 +27,25 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from etils import epath
 
 from rlds_writer.errors import SpecError, StepValueError, WriterClosedError
 from rlds_writer.record.episode import StepFields
 from rlds_writer.record.spaces import (
     DEFAULT_IMAGE_ENCODING,
     DEFAULT_JPEG_QUALITY,
-    feature_from_values,
+    values_def,
 )
-from rlds_writer.store import end_reasons, field_specs
+from rlds_writer.store import end_reasons, feature_defs, field_specs
 from rlds_writer.store.dataset_setup import check_mode
 from rlds_writer.store.exit_close import close_at_exit
 from rlds_writer.store.object_path import as_path
 from rlds_writer.store.writer import DatasetWriter
+
+if TYPE_CHECKING:
+    from etils import epath
 
 _log = logging.getLogger(__name__)
 
@@ -382,10 +384,8 @@ class Recorder:
             )
 
     def _create_writer(self, step_info: dict[str, Any], episode_info: dict[str, Any]) -> None:
-        import tensorflow_datasets as tfds
-
         # Declared first so a user's own `end_reason` feature wins the name.
-        episode_info = {end_reasons.END_REASON: tfds.features.Text(), **episode_info}
+        episode_info = {end_reasons.END_REASON: feature_defs.Text(), **episode_info}
         config = self._make_config(dict(step_info), episode_info)
         kwargs = dict(self._writer_kwargs)
         self.writer = DatasetWriter(
@@ -428,7 +428,7 @@ class Recorder:
                     episode_values.setdefault(key, []).append(value)
         step_info = dict(self._declared_step)
         for key, values in step_values.items():
-            step_info[key] = feature_from_values(
+            step_info[key] = values_def(
                 values, f"steps/{key}", self._image_encoding, self._jpeg_quality
             )
         # A key that only ever held ZERO has no type to infer.
@@ -442,9 +442,7 @@ class Recorder:
                         )
         episode_info = dict(self._declared_episode)
         for key, values in episode_values.items():
-            episode_info[key] = feature_from_values(
-                values, key, self._image_encoding, self._jpeg_quality
-            )
+            episode_info[key] = values_def(values, key, self._image_encoding, self._jpeg_quality)
         return step_info, episode_info
 
     def _materialize(self) -> None:

@@ -21,6 +21,10 @@ Values with no declared feature (info entries, `step_fn` results) are typed
 from the values seen (`feature_from_values`): Python floats become float32
 (what the wire format keeps), ints int64, bools bool, strings text, numpy
 arrays keep their dtype and shape.
+
+The recorders use `space_def`, `values_def` and `spaces_config`, which give
+`store.feature_defs` features (TFDS stays unimported); `feature_from_space`,
+`feature_from_values` and `config_from_spaces` give the same as TFDS's objects.
 """
 
 from __future__ import annotations
@@ -36,11 +40,14 @@ from rlds_writer.record.config import (
     DEFAULT_JPEG_QUALITY,
     IMAGE_ENCODINGS,
     IMAGE_MIN_SIZE,
+    as_tfds_config,
     check_image_encoding,
-    dataset_config_class,
+    image_def,
     image_feature,
     is_image,
+    recording_config,
 )
+from rlds_writer.store import feature_defs
 
 __all__ = [
     "DEFAULT_IMAGE_ENCODING",
@@ -57,12 +64,7 @@ __all__ = [
 
 
 def _tensor(shape: Sequence[int], dtype: Any, encoding: str = "none") -> Any:
-    import tensorflow_datasets as tfds
-
-    shape = tuple(int(d) for d in shape)
-    if encoding == "none":
-        return tfds.features.Tensor(shape=shape, dtype=np.dtype(dtype))
-    return tfds.features.Tensor(shape=shape, dtype=np.dtype(dtype), encoding=encoding)
+    return feature_defs.Tensor(tuple(shape), dtype, encoding)
 
 
 def _array_feature(
@@ -78,7 +80,7 @@ def _array_feature(
     if dtype.kind not in "biuf":
         raise SpecError(f"{path}: dtype {dtype} is not supported by TFDS tensors")
     if is_image(shape, dtype):
-        return image_feature(shape, dtype, image_encoding, jpeg_quality)
+        return image_def(shape, dtype, image_encoding, jpeg_quality)
     if dtype == np.float64:
         return _tensor(shape, dtype, "bytes")
     return _tensor(shape, dtype)
@@ -90,7 +92,17 @@ def feature_from_space(
     image_encoding: str = DEFAULT_IMAGE_ENCODING,
     jpeg_quality: int = DEFAULT_JPEG_QUALITY,
 ) -> Any:
-    """Turns a Gymnasium space into a TFDS feature (or a dict of them).
+    """`space_def` as TFDS's own features (a dict of them for `Dict` and `Tuple`)."""
+    return feature_defs.as_tfds(space_def(space, path, image_encoding, jpeg_quality))
+
+
+def space_def(
+    space: Any,
+    path: str = "space",
+    image_encoding: str = DEFAULT_IMAGE_ENCODING,
+    jpeg_quality: int = DEFAULT_JPEG_QUALITY,
+) -> Any:
+    """Turns a Gymnasium space into a feature (or a dict of them).
 
     Args:
       space: a `gymnasium.spaces.Space`.
@@ -100,27 +112,26 @@ def feature_from_space(
       jpeg_quality: JPEG quality 1..100 for `image_encoding="jpeg"`.
 
     Returns:
-      A TFDS feature connector, or a dict of them for `Dict` and `Tuple`.
+      A `store.feature_defs` feature, or a dict of them for `Dict` and `Tuple`.
 
     Raises:
       SpecError: if the space (or a part of it) cannot be stored.
     """
-    import tensorflow_datasets as tfds
     from gymnasium import spaces
 
     check_image_encoding(image_encoding, jpeg_quality)
     if isinstance(space, spaces.Dict):
         return {
-            str(k): feature_from_space(v, f"{path}/{k}", image_encoding, jpeg_quality)
+            str(k): space_def(v, f"{path}/{k}", image_encoding, jpeg_quality)
             for k, v in space.spaces.items()
         }
     if isinstance(space, spaces.Tuple):
         return {
-            str(i): feature_from_space(v, f"{path}/{i}", image_encoding, jpeg_quality)
+            str(i): space_def(v, f"{path}/{i}", image_encoding, jpeg_quality)
             for i, v in enumerate(space.spaces)
         }
     if isinstance(space, spaces.Text):
-        return tfds.features.Text()
+        return feature_defs.Text()
     if isinstance(space, spaces.Discrete):
         return _tensor((), space.dtype)
     if isinstance(space, spaces.MultiDiscrete | spaces.MultiBinary | spaces.Box):
@@ -195,7 +206,12 @@ def discount_feature() -> Any:
     return _tensor((), np.float32)
 
 
-def config_from_spaces(
+def config_from_spaces(observation_space: Any, action_space: Any, *args: Any, **kwargs: Any) -> Any:
+    """`spaces_config` as TFDS's `tfds.rlds.rlds_base.DatasetConfig` of TFDS's features."""
+    return as_tfds_config(spaces_config(observation_space, action_space, *args, **kwargs))
+
+
+def spaces_config(
     observation_space: Any,
     action_space: Any,
     name: str = "rlds_dataset",
@@ -210,7 +226,7 @@ def config_from_spaces(
     jpeg_quality: int = DEFAULT_JPEG_QUALITY,
     **config_kwargs: Any,
 ) -> Any:
-    """Builds an RLDS `DatasetConfig` from Gymnasium spaces.
+    """Builds an RLDS dataset config from Gymnasium spaces.
 
     Args:
       observation_space: the (single-env) observation space.
@@ -228,15 +244,15 @@ def config_from_spaces(
       **config_kwargs: other `DatasetConfig` fields (description, citation, ...).
 
     Returns:
-      A `tfds.rlds.rlds_base.DatasetConfig`.
+      A `record.config.RecordingConfig` (TFDS's `DatasetConfig` where
+      `config_kwargs` name a field only it has); features given as TFDS's
+      objects are kept as they are.
     """
     if observation_info is None:
-        observation_info = feature_from_space(
-            observation_space, "observation", image_encoding, jpeg_quality
-        )
+        observation_info = space_def(observation_space, "observation", image_encoding, jpeg_quality)
     if action_info is None:
-        action_info = feature_from_space(action_space, "action", image_encoding, jpeg_quality)
-    return dataset_config_class()(
+        action_info = space_def(action_space, "action", image_encoding, jpeg_quality)
+    return recording_config(
         name=name,
         observation_info=observation_info,
         action_info=action_info,
@@ -274,13 +290,18 @@ def _scalar_dtype(values: list[Any]) -> np.dtype | None:
     return np.dtype(np.float32 if "f" in kinds else np.int64)
 
 
-def feature_from_values(
+def feature_from_values(values: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
+    """`values_def` as TFDS's own features (a dict of them for dict values)."""
+    return feature_defs.as_tfds(values_def(values, *args, **kwargs))
+
+
+def values_def(
     values: Sequence[Any],
     path: str,
     image_encoding: str = DEFAULT_IMAGE_ENCODING,
     jpeg_quality: int = DEFAULT_JPEG_QUALITY,
 ) -> Any:
-    """Infers a TFDS feature from the values one field took in an episode.
+    """Infers a feature from the values one field took in an episode.
 
     Args:
       values: the values seen (at least one).
@@ -289,13 +310,11 @@ def feature_from_values(
       jpeg_quality: JPEG quality 1..100 for `image_encoding="jpeg"`.
 
     Returns:
-      A TFDS feature, or a dict of them for dict values.
+      A `store.feature_defs` feature, or a dict of them for dict values.
 
     Raises:
       SpecError: if the values have no common type, shape or nesting.
     """
-    import tensorflow_datasets as tfds
-
     if not values:
         raise SpecError(f"{path}: no value was seen; declare its feature")
     first = values[0]
@@ -308,13 +327,11 @@ def feature_from_values(
                     f"{_kind(v)} in another; declare its feature"
                 )
         return {
-            str(k): feature_from_values(
-                [v[k] for v in values], f"{path}/{k}", image_encoding, jpeg_quality
-            )
+            str(k): values_def([v[k] for v in values], f"{path}/{k}", image_encoding, jpeg_quality)
             for k in first
         }
     if all(isinstance(v, str | bytes | np.str_ | np.bytes_) for v in values):
-        return tfds.features.Text()
+        return feature_defs.Text()
     scalar = _scalar_dtype(values)
     if scalar is not None:
         return _tensor((), scalar)

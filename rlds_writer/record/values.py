@@ -106,7 +106,7 @@ def cast_value(field: field_specs.FieldSpec, value: Any) -> Any:
 def check_fallback(field: field_specs.FieldSpec, value: Any) -> Any:
     """Light check of a value for a feature that TFDS itself encodes."""
     if isinstance(value, np.ndarray):
-        info = field.feature.get_tensor_info()
+        info = field.tfds_feature.get_tensor_info()
         if not isinstance(info, Mapping):
             shape = tuple(info.shape)
             ok_rank = len(shape) == value.ndim

@@ -15,10 +15,9 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from etils import epath
 
 from rlds_writer.errors import CorruptArrayRecordError, UnsupportedFeatureError
 from rlds_writer.store import file_io, storage
@@ -30,6 +29,9 @@ from rlds_writer.store.shard_format import (
     ShardWalk,
     join_parts,
 )
+
+if TYPE_CHECKING:
+    from etils import epath
 
 _log = logging.getLogger(__name__)
 
@@ -263,7 +265,7 @@ class ArrayRecordFormat(FileFormat):
         return out
 
     def check(self, path: Any, *, listed: int | None, last: bool, full: bool) -> ShardCheck:
-        size = as_path(path).stat().length
+        size = as_path(path).stat().st_size
         records = nbytes = 0
         problem = None
         if size:

@@ -1,8 +1,11 @@
 """A dataset directory made ready for a `DatasetWriter`: created, overwritten or opened to append.
 
 `check_mode` refuses `mode="error"` on a directory holding a dataset before
-anything is recorded. `prepare_directory` then creates TFDS's files (through
-TFDS's own `DatasetInfo`, so TFDS loads the result), deletes an old dataset
+anything is recorded. `describe_dataset` makes the dataset's description
+(`WriterInfo`: its features, `dataset_info.json`, `features.json`): with
+TFDS's own `DatasetInfo` where the config holds TFDS's feature objects, else
+without importing TFDS, as the same files (`store/feature_defs.py`).
+`prepare_directory` then creates those files, deletes an old dataset
 (`overwrite`), or, to `append`, recovers the directory first and checks that
 its name, file format and features match the writer's; a split whose shard
 names hold the shard count gets that count pinned in its template, so new
@@ -12,15 +15,19 @@ shards continue the sequence without renaming any (docs/durability.md).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from etils import epath
+from rlds_writer.errors import DatasetExistsError, IncompatibleDatasetError, SpecError
+from rlds_writer.store import feature_defs, file_io, json_values, layout, recovery
+from rlds_writer.store.object_path import as_path
 
-from rlds_writer.errors import DatasetExistsError, IncompatibleDatasetError
-from rlds_writer.store import file_io, json_values, layout, recovery
+if TYPE_CHECKING:
+    from etils import epath
 
 _log = logging.getLogger(__name__)
 
@@ -28,6 +35,36 @@ MODES = ("error", "append", "overwrite")
 
 # A split's listing: (shard lengths, data bytes).
 Listing = dict[str, tuple[list[int], int]]
+
+
+# TFDS's `Version`: MAJOR.MINOR.PATCH, numbers without leading zeros.
+_VERSION = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
+# The step flags, first in `steps` as in `tfds.rlds.rlds_base.build_info`.
+_FLAGS = ("is_terminal", "is_first", "is_last")
+# Config fields that only TFDS's `DatasetInfo` writes (into dataset_info.json).
+_DESCRIPTION_FIELDS = ("overall_description", "homepage", "citation", "supervised_keys")
+
+
+def check_version(version: Any) -> str:
+    """Returns `version` if TFDS takes it as a dataset version, else raises `SpecError`."""
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
+        raise SpecError(
+            f"version: expected MAJOR.MINOR.PATCH, numbers without leading zeros "
+            f"(e.g. '1.0.0'), got {version!r}"
+        )
+    return version
+
+
+def _step_features(ds_config: Any) -> dict[str, Any]:
+    import numpy as np
+
+    steps = {flag: np.bool_ for flag in _FLAGS}
+    steps.update(ds_config.step_metadata_info or {})
+    for field in ("observation", "action", "reward", "discount"):
+        info = getattr(ds_config, f"{field}_info")
+        if info:
+            steps[field] = info
+    return steps
 
 
 def build_dataset_info(
@@ -43,27 +80,19 @@ def build_dataset_info(
     which names the step flags `tf.bool` and so imports TensorFlow (about 5 s)
     into every recording process; NumPy's bool is the same feature
     (`features.json` is byte-identical) and nothing here needs TensorFlow.
+    Features of `store.feature_defs` in the config are made TFDS's own.
     """
-    import numpy as np
     import tensorflow_datasets as tfds
 
     identity = tfds.core.DatasetIdentity(
         name=name,
-        version=tfds.core.Version(version),
+        version=tfds.core.Version(check_version(version)),
         data_dir=os.fspath(data_directory),
         module_name="",
     )
-    steps = {
-        "is_terminal": np.bool_,
-        "is_first": np.bool_,
-        "is_last": np.bool_,
-        **(ds_config.step_metadata_info or {}),
-    }
-    for field in ("observation", "action", "reward", "discount"):
-        info = getattr(ds_config, f"{field}_info")
-        if info:
-            steps[field] = info
-    features = {"steps": tfds.features.Dataset(steps), **(ds_config.episode_metadata_info or {})}
+    steps = feature_defs.as_tfds(_step_features(ds_config))
+    episode = feature_defs.as_tfds(dict(ds_config.episode_metadata_info or {}))
+    features = {"steps": tfds.features.Dataset(steps), **episode}
     return tfds.core.DatasetInfo(
         builder=identity,
         description=ds_config.overall_description,
@@ -72,6 +101,91 @@ def build_dataset_info(
         homepage=ds_config.homepage,
         citation=ds_config.citation,
         metadata=tfds.core.MetadataDict(metadata) if metadata else None,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class WriterInfo:
+    """A new dataset's description, as the writer writes it.
+
+    Attributes:
+      features: the top-level `FeaturesDict` (`store.feature_defs`' or TFDS's).
+      info_json: `dataset_info.json` before any split is listed (what TFDS's
+        `DatasetInfo.as_proto` gives as JSON).
+      features_json: `features.json` (the `FeaturesDict` proto as JSON).
+      metadata: `metadata.json`, or None to write none.
+      tfds_info: TFDS's `DatasetInfo`, where it was built (it writes its own
+        files: per-feature files such as class label names among them).
+    """
+
+    features: Any
+    info_json: dict[str, Any]
+    features_json: dict[str, Any]
+    metadata: dict[str, Any] | None
+    tfds_info: Any = None
+
+    def write_files(self, path: epath.PathLike) -> None:
+        """`DatasetInfo.write_to_directory` but for dataset_info.json: features.json
+        and TFDS's metadata.json (no license file is set).
+
+        Written here, the info file would be replaced by the first commit
+        straight away; on ext4 a rename over an existing file flushes the new
+        one's blocks (about 0.1-0.3 ms of every new writer).
+        """
+        if self.tfds_info is not None:
+            self.tfds_info.features.save_config(path)
+            if self.tfds_info.metadata is not None:
+                self.tfds_info.metadata.save_metadata(path)
+            return
+        # As TFDS's `save_config` and `MetadataDict.save_metadata` write them.
+        path = as_path(path)
+        text = json.dumps(self.features_json, indent=4, sort_keys=True)
+        file_io.write_new_text(path / layout.FEATURES, text)
+        if self.metadata is not None:
+            file_io.write_new_text(path / layout.METADATA, json.dumps(self.metadata))
+
+
+def describe_dataset(
+    ds_config: Any,
+    name: str,
+    version: str,
+    data_directory: epath.PathLike,
+    metadata: Mapping[str, Any] | None,
+    file_format: str,
+) -> WriterInfo:
+    """The `WriterInfo` of an RLDS dataset config.
+
+    Without TFDS (its import is most of a short recording's cost) where every
+    feature is one of `store.feature_defs` that this package encodes and the
+    config sets nothing else TFDS would write; else from `build_dataset_info`.
+
+    Args:
+      ds_config: TFDS's RLDS `DatasetConfig`, or an object with its fields.
+      name: the dataset name.
+      version: the dataset version, MAJOR.MINOR.PATCH.
+      data_directory: where it is written.
+      metadata: dataset-level metadata, JSON-safe, or None.
+      file_format: the shard format's name.
+    """
+    check_version(version)
+    steps = _step_features(ds_config)
+    episode = dict(ds_config.episode_metadata_info or {})
+    own = not any(getattr(ds_config, f, None) for f in _DESCRIPTION_FIELDS)
+    if own and feature_defs.natively_written({**episode, "steps": steps}):
+        features = feature_defs.FeaturesDict({"steps": feature_defs.Dataset(steps), **episode})
+        info_json = {"name": name, "version": version, "fileFormat": file_format}
+        return WriterInfo(features, info_json, features.to_json(), metadata or None)
+    from google.protobuf import json_format
+    from tensorflow_datasets.core import file_adapters
+
+    info = build_dataset_info(ds_config, name, version, data_directory, metadata)
+    info.set_file_format(file_adapters.FileFormat.from_value(file_format))
+    return WriterInfo(
+        info.features,
+        json_format.MessageToDict(info.as_proto),
+        json_format.MessageToDict(info.features.to_proto()),
+        metadata or None,
+        tfds_info=info,
     )
 
 
@@ -121,7 +235,7 @@ class Prepared:
 
 def prepare_directory(
     path: epath.Path,
-    info: Any,
+    info: WriterInfo,
     *,
     mode: str,
     name: str,
@@ -133,7 +247,7 @@ def prepare_directory(
 
     Args:
       path: the dataset directory (exists).
-      info: the writer's `tfds.core.DatasetInfo`.
+      info: the writer's `WriterInfo` (`describe_dataset`).
       mode: `error`, `append` or `overwrite`.
       name: the dataset name.
       file_format: the writer's shard format.
@@ -166,48 +280,29 @@ def _delete_dataset_files(path: epath.Path) -> None:
 
 
 def _create(
-    path: epath.Path, info: Any, file_format: str, split: str, metadata: dict[str, Any] | None
+    path: epath.Path,
+    info: WriterInfo,
+    file_format: str,
+    split: str,
+    metadata: dict[str, Any] | None,
 ) -> Prepared:
-    from google.protobuf import json_format
-    from tensorflow_datasets.core import file_adapters
-
-    info.set_file_format(file_adapters.FileFormat.from_value(file_format))
-    if file_io.is_local(path):
-        _write_tfds_files(path, info)
+    if info.tfds_info is None or file_io.is_local(path):
+        info.write_files(path)
     else:
         _write_tfds_files_remotely(path, info)
     listing = {split: ([], 0)}
     # dataset_info.json is what TFDS would write (`DatasetInfo.as_proto` as
     # JSON); the first commit writes it once, with the split listed.
-    return Prepared(
-        json_format.MessageToDict(info.as_proto),
-        {split: ([], 0)},
-        {},
-        metadata,
-        first_commit=listing,
-    )
+    return Prepared(dict(info.info_json), {split: ([], 0)}, {}, metadata, first_commit=listing)
 
 
-def _write_tfds_files(path: epath.PathLike, info: Any) -> None:
-    """`DatasetInfo.write_to_directory` but for dataset_info.json: features.json
-    and TFDS's metadata.json (`build_dataset_info` sets no license file).
-
-    Written by TFDS, the info file would be replaced by the first commit
-    straight away; on ext4 a rename over an existing file flushes the new
-    one's blocks (about 0.1-0.3 ms of every new writer).
-    """
-    info.features.save_config(path)
-    if info.metadata is not None:
-        info.metadata.save_metadata(path)
-
-
-def _write_tfds_files_remotely(path: epath.Path, info: Any) -> None:
+def _write_tfds_files_remotely(path: epath.Path, info: WriterInfo) -> None:
     """TFDS's files, made in a local directory and uploaded (TFDS would write
     through TensorFlow's file system and rename)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="rlds_writer-info-") as tmp:
-        _write_tfds_files(tmp, info)
+        info.write_files(tmp)
         for name in sorted(os.listdir(tmp)):
             with open(os.path.join(tmp, name), "rb") as f:
                 data = f.read()
@@ -216,7 +311,7 @@ def _write_tfds_files_remotely(path: epath.Path, info: Any) -> None:
 
 def _open_for_append(
     path: epath.Path,
-    info: Any,
+    info: WriterInfo,
     name: str,
     file_format: str,
     split: str,
@@ -238,13 +333,8 @@ def _open_for_append(
     if fmt != file_format:
         problems.append(f"file_format: dataset has {fmt!r}, writer has {file_format!r}")
     templates = layout.split_templates(existing)
-    from google.protobuf import json_format
-
     # features.json is the FeaturesDict proto as JSON (TFDS's save_config).
-    diff = json_values.json_diff(
-        file_io.read_json(path / layout.FEATURES),
-        json_format.MessageToDict(info.features.to_proto()),
-    )
+    diff = json_values.json_diff(file_io.read_json(path / layout.FEATURES), info.features_json)
     if diff:
         problems.append(
             "features differ:\n"

@@ -322,7 +322,7 @@ class EpisodeEncoder:
             entries.append(entry)
             return len(entry)
         if isinstance(values, EncodedFrames):
-            encoded = values.result(field.feature.encode_example)
+            encoded = values.result(field.encode_by_tfds)
             feature_parts, feature_len = bytes_list_parts(encoded)
         elif images and field.key in images:
             feature_parts, feature_len = bytes_list_of_entries(images[field.key])
@@ -425,7 +425,7 @@ class EpisodeEncoder:
                         f"{value.dtype.name}[{','.join(map(str, value.shape))}]"
                     )
                 return encode_array(value)
-            return field.feature.encode_example(value)  # a path, file or encoded bytes
+            return field.encode_by_tfds(value)  # a path, file or encoded bytes
 
         items = values if field.in_steps else [values]
         if (
@@ -459,7 +459,7 @@ class EpisodeEncoder:
     def _sequence_info(self, field: FieldSpec) -> Any:
         import tensorflow_datasets as tfds
 
-        return tfds.features.Sequence(field.feature).get_serialized_info()
+        return tfds.features.Sequence(field.tfds_feature).get_serialized_info()
 
     def _encode_fallback(self, field: FieldSpec, values: Any) -> bytes:
         """Encodes one field through TFDS's own encoder and serializer."""
@@ -467,7 +467,7 @@ class EpisodeEncoder:
         from tensorflow_datasets.core import example_serializer
         from tensorflow_datasets.core.features import sequence_feature
 
-        feature = field.feature
+        feature = field.tfds_feature
         try:
             if field.in_steps:
                 if self._pool is not None and len(values) > 1:

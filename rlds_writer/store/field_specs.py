@@ -1,6 +1,7 @@
 """The writer's view of the dataset's leaf fields: how each TFDS feature is encoded.
 
-A dataset's `FeaturesDict` is compiled once (`compile_fields`, through the one
+A dataset's `FeaturesDict` (TFDS's, or `store.feature_defs`' made without
+TFDS: the same kinds, classified here alike) is compiled once (`compile_fields`, through the one
 walk `features.walk_features`) into a list of `FieldSpec`s, one per leaf, each
 with its kind from the one vocabulary in `store.features`: numeric `Tensor`s
 and scalars (`FLOAT`, `INT`), `Tensor`s with `BYTES`/`ZLIB` encoding, scalar
@@ -13,6 +14,7 @@ could not read back are refused here, before anything is recorded.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer import errors
+from rlds_writer.store import feature_defs
 from rlds_writer.store import features as feature_model
 from rlds_writer.store.image_codecs import DEFAULT_JPEG_QUALITY
 
@@ -45,7 +48,7 @@ class FieldSpec:
     Attributes:
       path: path of the leaf inside the episode, e.g. `('steps', 'observation')`.
       key: the flat `tf.train.Example` key, e.g. `'steps/observation'`.
-      feature: the TFDS feature connector of the leaf.
+      feature: the leaf's feature (TFDS's connector, or one of `store.feature_defs`).
       kind: how it is encoded (a kind of `store.features`, or `FALLBACK`).
       in_steps: whether the leaf is a per-step field (under `steps`).
       shape: the value shape of one step (or of the episode-level value).
@@ -81,17 +84,33 @@ class FieldSpec:
         """Returns the zero value of the field: used for the final step's action."""
         return zero_value(self.feature)
 
+    @functools.cached_property
+    def tfds_feature(self) -> Any:
+        """The leaf as TFDS's own feature object, for TFDS's encoder (imports TFDS)."""
+        return feature_defs.as_tfds(self.feature)
+
+    def encode_by_tfds(self, value: Any) -> Any:
+        """TFDS's `encode_example` of one value (an image given as a path or as bytes)."""
+        return self.tfds_feature.encode_example(value)
+
 
 def zero_value(feature: Any) -> Any:
     """Returns a zero value for a TFDS feature, built from its spec.
 
     Args:
-      feature: a TFDS feature connector (`FeaturesDict`, `Tensor`, `Text`, ...).
+      feature: a TFDS feature connector (`FeaturesDict`, `Tensor`, `Text`,
+        ...) or one of `store.feature_defs`.
 
     Returns:
       A nested dict of numpy zeros of the feature's dtype and shape; an empty
       string for text; unknown dimensions are given length 0.
     """
+    if isinstance(feature, feature_defs.FeaturesDict):
+        return {k: zero_value(v) for k, v in feature.items()}
+    if isinstance(feature, feature_defs.Text):
+        return ""
+    if isinstance(feature, feature_defs.Tensor | feature_defs.Image):
+        return np.zeros(feature.shape, dtype=feature.dtype)
     import tensorflow_datasets as tfds
 
     if isinstance(feature, tfds.features.FeaturesDict):
@@ -124,6 +143,8 @@ def _leaf_info(feature: Any) -> Any:
 
 
 def _tensor_info_dtype(feature: Any) -> np.dtype:
+    if isinstance(feature, feature_defs.Tensor | feature_defs.Image):
+        return feature.dtype
     info = _leaf_info(feature)
     return np.dtype(object) if info is None else np.dtype(info.np_dtype)
 
@@ -132,8 +153,8 @@ def compile_fields(features: Any) -> list[FieldSpec]:
     """Compiles an RLDS `FeaturesDict` into its leaf fields.
 
     Args:
-      features: the dataset's top-level `tfds.features.FeaturesDict` with a
-        `steps` `Dataset` feature.
+      features: the dataset's top-level `FeaturesDict` (TFDS's or
+        `store.feature_defs`') with a `steps` `Dataset` feature.
 
     Returns:
       The leaf fields, per-step fields first, in the features' own order.
@@ -141,15 +162,13 @@ def compile_fields(features: Any) -> list[FieldSpec]:
     Raises:
       SpecError: if the features have no `steps` dataset.
     """
-    import tensorflow_datasets as tfds
-
-    if STEPS not in features or not isinstance(features[STEPS], tfds.features.Dataset):
+    if STEPS not in features or not _is_dataset(features[STEPS]):
         raise errors.SpecError(
             "RLDS features need a 'steps' tfds.features.Dataset at the top level, "
             f"got keys {sorted(features.keys())}"
         )
     _check_readable(features)
-    fields = [_field_spec(node) for node in _walk_tfds(features) if not node.empty_dict]
+    fields = [_field_spec(node) for node in _walk(features) if not node.empty_dict]
     if any(_serialized_unknown(field) for field in fields):
         _check_serialized(features)
     for field in fields:
@@ -163,20 +182,35 @@ def empty_dict_paths(features: Any) -> list[tuple[str, ...]]:
     They have no leaf, so nothing is stored for them, but TFDS expects `{}`
     in the example and gives `{}` back: recorders accept that value there.
     """
-    return [node.path for node in _walk_tfds(features) if node.empty_dict]
+    return [node.path for node in _walk(features) if node.empty_dict]
 
 
-def _walk_tfds(top: Any) -> list[feature_model.FeatureNode]:
-    """`features.walk_features` over TFDS's feature objects."""
+def _is_dict(feature: Any) -> bool:
+    if isinstance(feature, feature_defs.FeaturesDict):
+        return True
+    if isinstance(feature, feature_defs.OWN_TYPES):
+        return False
     import tensorflow_datasets as tfds
 
+    return isinstance(feature, tfds.features.FeaturesDict)
+
+
+def _is_dataset(feature: Any) -> bool:
+    if isinstance(feature, feature_defs.OWN_TYPES):
+        return isinstance(feature, feature_defs.Dataset)
+    import tensorflow_datasets as tfds
+
+    return isinstance(feature, tfds.features.Dataset)
+
+
+def _walk(top: Any) -> list[feature_model.FeatureNode]:
+    """`features.walk_features` over feature objects (TFDS's or `store.feature_defs`')."""
+
     def children(feature: Any, path: tuple[str, ...]) -> Mapping[str, Any] | None:
-        if isinstance(feature, tfds.features.FeaturesDict):
-            return dict(feature.items())
-        return None
+        return dict(feature.items()) if _is_dict(feature) else None
 
     def steps_feature(feature: Any, path: tuple[str, ...]) -> Any:
-        return feature.feature if isinstance(feature, tfds.features.Dataset) else None
+        return feature.feature if _is_dataset(feature) else None
 
     return list(feature_model.walk_features(dict(top.items()), children, steps_feature))
 
@@ -193,6 +227,16 @@ def _check_readable(features: Any) -> None:
     step does not load either. This checks the structure; `_check_serialized`
     the shapes.
     """
+    if feature_defs.is_own(features):
+        # No Sequence among them; an empty dict per step is the one refusal.
+        for node in _walk(features):
+            if node.in_steps and node.empty_dict:
+                raise errors.SpecError(
+                    f"{node.key}: TFDS cannot read back an empty FeaturesDict inside steps (it "
+                    "mixes sequence and context features); drop it, or keep empty dicts in "
+                    "episode metadata"
+                )
+        return
     import tensorflow_datasets as tfds
 
     def per_step(feature: Any, path: str) -> None:
@@ -257,15 +301,23 @@ def _check_serialized(features: Any) -> None:
             )
 
 
+def _encoding_of(feature: Any) -> str:
+    """A tensor's encoding, `none`, `bytes` or `zlib` (`none` for other features)."""
+    if isinstance(feature, feature_defs.Tensor):
+        return feature.encoding
+    # TFDS's is an enum member (`Encoding.BYTES`), or missing on other features.
+    return str(getattr(feature, "_encoding", "none")).lower().split(".")[-1]
+
+
 def _check_decodable(field: FieldSpec) -> None:
     """Refuses encoded tensors whose dtype TensorFlow's `decode_raw` lacks (uint32)."""
-    encoding = str(getattr(field.feature, "_encoding", "none")).lower()
-    if encoding.endswith("none"):
+    encoding = _encoding_of(field.feature)
+    if encoding == "none":
         return
     if _tensor_info_dtype(field.feature) == np.uint32:
         raise errors.SpecError(
             f"{field.key}: TFDS cannot read back a uint32 Tensor with encoding "
-            f"{encoding.split('.')[-1]!r} through as_dataset (tf.io.decode_raw has no uint32); "
+            f"{encoding!r} through as_dataset (tf.io.decode_raw has no uint32); "
             "use encoding='none', or int64 / uint64"
         )
 
@@ -285,6 +337,8 @@ def _field_spec(node: feature_model.FeatureNode) -> FieldSpec:
 
 def _classify(feature: Any) -> tuple[str, tuple, np.dtype | None]:
     """Returns (kind, shape, dtype) of a leaf feature."""
+    if isinstance(feature, feature_defs.OWN_TYPES):
+        return _classify_own(feature)
     import tensorflow_datasets as tfds
 
     if type(feature) is tfds.features.Text:
@@ -307,19 +361,40 @@ def _classify(feature: Any) -> tuple[str, tuple, np.dtype | None]:
             and None not in shape
             and not info.optional
         )
-        encoding = str(getattr(feature, "_encoding", "none")).lower()
+        encoding = _encoding_of(feature)
         if dtype.kind in "SUO":
-            if shape == () and simple and encoding.endswith("none"):
+            if shape == () and simple and encoding == "none":
                 return TEXT, (), None
             return FALLBACK, shape, None
         if simple and dtype.kind in "biuf" and dtype.itemsize <= 8:
-            if encoding.endswith("bytes"):
+            if encoding == "bytes":
                 return BYTES, shape, dtype
-            if encoding.endswith("zlib"):
+            if encoding == "zlib":
                 return ZLIB, shape, dtype
-            if encoding.endswith("none") and tuple(serialized.shape) == shape:
+            if encoding == "none" and tuple(serialized.shape) == shape:
                 return (FLOAT if dtype.kind == "f" else INT), shape, dtype
     return FALLBACK, shape, None
+
+
+def _classify_own(feature: Any) -> tuple[str, tuple, np.dtype | None]:
+    """`_classify` of a `store.feature_defs` leaf: TFDS's rules for the same feature.
+
+    A tensor serializes as its own shape (encoding none) or as one string,
+    every dimension known; `feature_defs.natively_written` keeps the kinds
+    this table has no row for away from the writer.
+    """
+    if isinstance(feature, feature_defs.Text):
+        return TEXT, (), None
+    shape, dtype = feature.shape, feature.dtype
+    if isinstance(feature, feature_defs.Image):
+        if _png_compatible(feature, shape, dtype):
+            return PNG, shape, dtype
+        if _jpeg_compatible(feature, shape, dtype):
+            return JPEG, shape, np.dtype(np.uint8)
+    elif isinstance(feature, feature_defs.Tensor) and dtype.itemsize <= 8:
+        kind = {"bytes": BYTES, "zlib": ZLIB}.get(feature.encoding)
+        return kind or (FLOAT if dtype.kind == "f" else INT), shape, dtype
+    raise errors.SpecError(f"no encoder here for {feature!r}; build it with TFDS's features")
 
 
 def _png_compatible(feature: Any, shape: tuple, dtype: np.dtype) -> bool:
@@ -348,10 +423,11 @@ def jpeg_quality_of(feature: Any) -> int:
     """The JPEG quality to encode a feature with.
 
     TFDS's `Image` has no quality setting (it uses TensorFlow's default, 95);
-    `image_feature` in `record.spaces` stores the requested quality on the
+    `image_feature` in `record.config` stores the requested quality on the
     feature object as `jpeg_quality`. It is not saved in `features.json`.
     """
-    return int(getattr(feature, "jpeg_quality", DEFAULT_JPEG_QUALITY))
+    quality = getattr(feature, "jpeg_quality", None)
+    return DEFAULT_JPEG_QUALITY if quality is None else int(quality)
 
 
 def warn_float64(fields: list[FieldSpec]) -> list[str]:

@@ -15,14 +15,16 @@ import contextlib
 import errno
 import json
 import os
+import pathlib
 import secrets
 from collections.abc import Iterator
-from typing import Any, BinaryIO
-
-from etils import epath
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from rlds_writer.errors import DiskFullError, IncompatibleDatasetError
 from rlds_writer.store import storage
+
+if TYPE_CHECKING:
+    from etils import epath
 
 
 def fsync_file(path: epath.PathLike) -> None:
@@ -84,9 +86,9 @@ def create_exclusive(path: epath.PathLike, *, replace_stale: bool = False) -> in
     return os.open(path, _EXCLUSIVE, 0o666)
 
 
-def temp_path(path: epath.PathLike) -> epath.Path:
+def temp_path(path: epath.PathLike) -> pathlib.Path:
     """A fresh, unguessable temporary name next to `path` (matched by `TEMP_FILE`)."""
-    path = epath.Path(path)
+    path = pathlib.Path(path)
     return path.parent / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(8)}"
 
 
@@ -98,7 +100,7 @@ def atomic_file(path: epath.PathLike, fsync: bool = False) -> Iterator[BinaryIO]
     exclusively, never through a link); on error it is removed and `path` is
     unchanged. `os.replace` swaps a link at `path` itself, never its target.
     """
-    path = epath.Path(path)
+    path = pathlib.Path(path)
     while True:
         tmp = temp_path(path)
         try:
@@ -130,6 +132,20 @@ def atomic_write_text(path: epath.PathLike, text: str, fsync: bool = False) -> N
     else:
         # Object stores replace an object whole (one PUT): no temporary, no rename.
         storage.storage_for(path).replace_bytes(os.fspath(path), text.encode("utf-8"))
+
+
+def write_new_text(path: epath.PathLike, text: str) -> None:
+    """Writes `path` as a new file holding `text`, removing what was there (a link, not its target).
+
+    For files written once, before anything reads them (a new dataset's
+    `features.json`); `atomic_write_text` for files readers may be reading.
+    """
+    data = text.encode("utf-8")
+    if not is_local(path):
+        storage.storage_for(path).replace_bytes(os.fspath(path), data)
+        return
+    with os.fdopen(create_exclusive(path, replace_stale=True), "wb") as f:
+        f.write(data)
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)

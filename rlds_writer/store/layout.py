@@ -29,13 +29,14 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-from etils import epath
+from typing import TYPE_CHECKING, Any
 
 from rlds_writer.errors import IncompatibleDatasetError
 from rlds_writer.store import names, shards
 from rlds_writer.store.object_path import as_path
+
+if TYPE_CHECKING:
+    from etils import epath
 
 DATASET_INFO = "dataset_info.json"
 FEATURES = "features.json"

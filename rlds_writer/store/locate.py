@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from typing import Any
-
-from etils import epath
+from typing import TYPE_CHECKING, Any
 
 from rlds_writer.errors import NotADatasetError
 from rlds_writer.store import file_io, layout, storage
+
+if TYPE_CHECKING:
+    from etils import epath
 
 # How far below a directory to look for datasets, and how many directory
 # entries to read at most: a user who passes their home directory gets an

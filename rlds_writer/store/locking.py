@@ -26,13 +26,14 @@ import logging
 import os
 import socket
 import time
-from typing import Any
-
-from etils import epath
+from typing import TYPE_CHECKING, Any
 
 from rlds_writer.errors import LockedError
 from rlds_writer.store import file_io, layout, storage
 from rlds_writer.store.object_path import as_path
+
+if TYPE_CHECKING:
+    from etils import epath
 
 _log = logging.getLogger(__name__)
 

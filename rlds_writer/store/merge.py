@@ -27,15 +27,16 @@ import os
 import re
 import shutil
 from collections.abc import Sequence
-from typing import Any
-
-from etils import epath
+from typing import TYPE_CHECKING, Any
 
 from rlds_writer.errors import DatasetExistsError, IncompatibleDatasetError, MergeError, counted
 from rlds_writer.store import file_io, json_values, layout, recovery
 from rlds_writer.store.locate import not_a_dataset
 from rlds_writer.store.locking import DirectoryLock
 from rlds_writer.store.object_path import as_path, copy_file
+
+if TYPE_CHECKING:
+    from etils import epath
 
 _log = logging.getLogger(__name__)
 
@@ -357,7 +358,7 @@ def _make_plan(sources: list[epath.Path], move: bool) -> dict[str, Any]:
                     {
                         "src": os.fspath(src),
                         "dst": layout.shard_name(name, split, file_format, len(lengths)),
-                        "size": src.stat().length,
+                        "size": src.stat().st_size,
                     }
                 )
                 lengths.append(n)
@@ -421,7 +422,7 @@ def _execute(plan: dict[str, Any], dest: epath.Path) -> dict[str, int]:
         src = as_path(step["src"])
         dst = dest / step["dst"]
         if dst.exists():
-            size = dst.stat().length
+            size = dst.stat().st_size
             if size != step["size"]:
                 raise MergeError(
                     f"{dst} exists with {size} bytes, but the merge plan puts {src} "

@@ -38,13 +38,14 @@ import dataclasses
 import json
 import logging
 import os
-from typing import Any
-
-from etils import epath
+from typing import TYPE_CHECKING, Any
 
 from rlds_writer.errors import IncompatibleDatasetError, RecoveryError, counted
 from rlds_writer.store import file_io, json_values, layout, shards
 from rlds_writer.store.locate import not_a_dataset
+
+if TYPE_CHECKING:
+    from etils import epath
 
 _log = logging.getLogger(__name__)
 

@@ -14,9 +14,11 @@ import dataclasses
 import importlib
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from etils import epath
+if TYPE_CHECKING:
+    from etils import epath
+
 
 # Records smaller than this are joined into one bytes object before writing.
 _JOIN_BELOW = 1 << 18

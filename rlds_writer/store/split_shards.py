@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
-
-from etils import epath
+from typing import TYPE_CHECKING, Any
 
 from rlds_writer.store import file_io, json_values, layout, shards
 from rlds_writer.store.dataset_setup import Listing, Prepared
 from rlds_writer.store.shard_format import ShardWriter
+
+if TYPE_CHECKING:
+    from etils import epath
 
 _log = logging.getLogger(__name__)
 

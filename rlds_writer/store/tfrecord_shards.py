@@ -14,9 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
-
-from etils import epath
+from typing import TYPE_CHECKING, Any
 
 from rlds_writer.store import file_io, layout, storage, tfrecord
 from rlds_writer.store.object_path import as_path
@@ -26,6 +24,9 @@ from rlds_writer.store.shard_format import (
     ShardWalk,
     join_parts,
 )
+
+if TYPE_CHECKING:
+    from etils import epath
 
 
 class TFRecordShardWriter:

@@ -20,9 +20,7 @@ import queue
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
-
-from etils import epath
+from typing import TYPE_CHECKING, Any
 
 from rlds_writer.errors import WriterClosedError, WriterFailedError
 from rlds_writer.store import (
@@ -34,11 +32,13 @@ from rlds_writer.store import (
     layout,
     shards,
 )
-from rlds_writer.store.dataset_setup import build_dataset_info
 from rlds_writer.store.episode_data import Episode
 from rlds_writer.store.locking import DirectoryLock
 from rlds_writer.store.object_path import as_path
 from rlds_writer.store.split_shards import SplitShards
+
+if TYPE_CHECKING:
+    from etils import epath
 
 _log = logging.getLogger(__name__)
 
@@ -62,7 +62,8 @@ class DatasetWriter:
     Args:
       data_directory: the dataset directory (local or any `etils.epath` path).
         Created if missing.
-      ds_config: a `tfds.rlds.rlds_base.DatasetConfig` describing the features.
+      ds_config: a `tfds.rlds.rlds_base.DatasetConfig` describing the features
+        (or `record.config.RecordingConfig`: the same fields, without TFDS).
       name: dataset name used in shard file names; defaults to `ds_config.name`.
       version: dataset version, `MAJOR.MINOR.PATCH`.
       split: the default split for `write`.
@@ -86,6 +87,7 @@ class DatasetWriter:
         (threads where processes cannot run); 0 encodes on the writer thread.
 
     Raises:
+      SpecError: `version` is not MAJOR.MINOR.PATCH, or a feature cannot be written.
       DatasetExistsError: the directory holds a dataset and mode is `error`.
       IncompatibleDatasetError: mode is `append` and the existing dataset has
         other features, another name or another file format.
@@ -125,7 +127,9 @@ class DatasetWriter:
         self.commit_interval = commit_interval
         self._metadata = json_values.jsonable(dict(metadata)) if metadata is not None else None
 
-        self.info = build_dataset_info(ds_config, self.name, version, self.path, self._metadata)
+        self.info = dataset_setup.describe_dataset(
+            ds_config, self.name, version, self.path, self._metadata, file_format
+        )
         self.features = self.info.features
         self.encoder = encoding.EpisodeEncoder(self.features, image_workers=image_workers)
         field_specs.warn_float64(self.encoder.fields)

@@ -93,7 +93,8 @@ def test_a_new_dataset_gets_tfds_own_info_file_once_with_its_split_listed(tmp_pa
         # flushes the new one's blocks.
         assert replaced == [("dataset_info.json", False)]
         info = json.loads((directory / "dataset_info.json").read_text())
-        tfds_own = json.loads(json_format.MessageToJson(writer.info.as_proto, sort_keys=True))
+        proto = writer.info.tfds_info.as_proto
+        tfds_own = json.loads(json_format.MessageToJson(proto, sort_keys=True))
         assert {k: v for k, v in info.items() if k != "splits"} == tfds_own
         assert info["splits"] == [
             {
@@ -105,7 +106,7 @@ def test_a_new_dataset_gets_tfds_own_info_file_once_with_its_split_listed(tmp_pa
         ]
         builder = tfds.builder_from_directory(str(directory))
         assert builder.info.splits["eval"].num_examples == 0
-        assert builder.info.features.to_json() == writer.info.features.to_json()
+        assert builder.info.features.to_json() == writer.info.tfds_info.features.to_json()
         assert json.loads((directory / "metadata.json").read_text()) == {"seed": 3}
     finally:
         writer.close()

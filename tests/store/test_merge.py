@@ -10,7 +10,6 @@ import time
 
 import crash_child
 import pytest
-from etils import epath
 
 import rlds_writer
 from rlds_writer import cli
@@ -22,6 +21,7 @@ from rlds_writer.errors import (
 )
 from rlds_writer.store import file_io, layout
 from rlds_writer.store.merge import MERGE_JOURNAL, MergeError
+from rlds_writer.store.object_path import as_path
 
 merge_module = importlib.import_module("rlds_writer.store.merge")
 EPISODES = 6  # per writer: shards of 4 and 2
@@ -164,7 +164,7 @@ def test_interrupted_copy_merge_is_finished_by_running_it_again(sources, tmp_pat
 
 def test_interrupted_move_merge_is_finished_by_running_it_again(sources, tmp_path, monkeypatch):
     dest = tmp_path / "merged"
-    _interrupt_after(monkeypatch, type(epath.Path(sources[0])), "rename", 5)
+    _interrupt_after(monkeypatch, type(as_path(sources[0])), "rename", 5)
     with pytest.raises(KeyboardInterrupt):
         rlds_writer.merge(sources, dest, move=True)
     monkeypatch.undo()
@@ -226,8 +226,8 @@ def test_merge_recovers_a_crashed_source_first(sources, tmp_path):
     assert crash_child.check_records(tmp_path / "merged") == ALL_IDS
 
 
-def test_merge_through_generic_epath_operations(sources, tmp_path, monkeypatch):
-    # As on gs:// or s3://: no os.rename/shutil/flock, only etils.epath calls.
+def test_merge_through_generic_path_operations(sources, tmp_path, monkeypatch):
+    # As on gs:// or s3://: no os.rename/shutil/flock, only path-object calls.
     monkeypatch.setattr(file_io, "is_local", lambda path: False)
     report = rlds_writer.merge(sources, tmp_path / "merged")
     monkeypatch.undo()
