@@ -33,7 +33,7 @@ def recover(
     (`SequentialWriter`, `tfds build`, Beam), whatever their shard names.
 
     Args:
-      path: the dataset directory (local or any `etils.epath` path), or a
+      path: the dataset directory (local, or an fsspec URL such as `s3://...`), or a
         `Dataset` (recover then rewrites its listing: reopen it afterwards).
       dry_run: report what would be done without changing anything.
       verify_data: check the data CRC of every TFRecord record. With False,

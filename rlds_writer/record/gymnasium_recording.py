@@ -380,8 +380,8 @@ def new_recording(
 OPTIONS_DOC = """
     Args:
       env: the environment to record.
-      data_directory: the dataset directory (local path or any `etils.epath`
-        path such as `gs://...`).
+      data_directory: the dataset directory (a local path, or an fsspec URL
+        such as `gs://...`).
       name: the dataset name (used in shard file names).
       ds_config: a full `DatasetConfig`; if given, nothing is inferred and the
         other feature arguments are ignored.

@@ -1,7 +1,7 @@
 """The options of `RLDSRecorder`: what each does, defaults and checks.
 
 * `output_root`: directory holding the runner subdirectories (local, NFS,
-  or any `etils.epath` path such as `gs://bucket/run`). Required.
+  or an fsspec URL such as `gs://bucket/run`). Required.
 * `name`: dataset name.
 * `info_keys`, `info_defaults`: env `info` entries stored as step
   metadata (the reset `info` belongs to step 0); a missing key raises

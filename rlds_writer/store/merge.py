@@ -53,8 +53,8 @@ def writer_directory(root: epath.PathLike, writer_id: int | str) -> epath.Path:
     them together with `tfds.builder_from_directories`.
 
     Args:
-      root: the directory that holds every writer's subdirectory (local or any
-        `etils.epath` path).
+      root: the directory that holds every writer's subdirectory (local, or an
+        fsspec URL).
       writer_id: a number or a name; characters other than letters, digits,
         `_`, `.` and `-` become `_`.
 
@@ -130,7 +130,7 @@ def merge(
     episode range it fills in each split, and its metadata keys that differ.
 
     Args:
-      sources: dataset directories (local or any `etils.epath` path), in order.
+      sources: dataset directories (local, or fsspec URLs), in order.
       dest: the merged dataset's directory; must not hold a dataset, unless it
         holds an unfinished merge of the same sources, which is then finished.
       move: move the shard files (a rename on one file system) instead of

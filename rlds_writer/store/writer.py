@@ -60,7 +60,7 @@ class DatasetWriter:
     """Writes finished episodes into an RLDS dataset in TFDS format.
 
     Args:
-      data_directory: the dataset directory (local or any `etils.epath` path).
+      data_directory: the dataset directory (local, or an fsspec URL such as `s3://...`).
         Created if missing.
       ds_config: a `tfds.rlds.rlds_base.DatasetConfig` describing the features
         (or `record.config.RecordingConfig`: the same fields, without TFDS).

@@ -248,3 +248,15 @@ def test_features_json_is_never_written_through_a_planted_link(tmp_path):
     assert outside.read_text() == "keep"
     assert not (directory / "features.json").is_symlink()
     assert tfds.builder_from_directory(os.fspath(directory)).info.features["steps"]
+
+
+def test_description_fields_reach_dataset_info_json_through_tfds(tmp_path):
+    # `homepage` is a field of both configs; only TFDS's DatasetInfo writes it.
+    config = config_lib.env_config(rlds_writer.Catch(seed=0), "x", homepage="https://example.org")
+    assert isinstance(config, config_lib.RecordingConfig)
+    DatasetWriter(tmp_path / "ds", config).close()
+    info = tfds.builder_from_directory(os.fspath(tmp_path / "ds")).info
+    assert info.homepage == "https://example.org"
+    # A field only TFDS's config has gives TFDS's config.
+    tfds_only = config_lib.env_config(rlds_writer.Catch(seed=0), "x", description="d")
+    assert type(tfds_only) is config_lib.dataset_config_class() and tfds_only.description == "d"
