@@ -5,6 +5,9 @@ a fresh process (imports are not timed, but with `--cold`), peers and
 repetitions interleaved:
 
 * **ours**: `RecordRLDS` (the Gymnasium wrapper);
+* **ours-dm_env**: our `EnvLogger` on the dm_env env envlogger records, as an
+  envlogger user switches (catch only: its spec-made config stores 84x84
+  frames as PNG);
 * **tfds**: TFDS's own `SequentialWriter` fed per-step RLDS dicts (the
   features of `rlds_base.build_info`: `Image` PNG/JPEG, `Tensor` with
   `encoding="bytes"` for raw frames), one `add_examples` per episode;
@@ -92,6 +95,7 @@ PEERS = {
     "minari": ("catch", "raw84", "jpeg84", "cams256"),
     "hf": ("catch", "raw84", "png84"),
     "envlogger": ("catch", "raw84"),
+    "ours-dm_env": ("catch",),
     # LeRobot stores no raw frames: images are PNG files or video.
     "lerobot": ("catch", "png84", "jpeg84", "cams256"),
     "plain": ("raw84",),
@@ -186,11 +190,9 @@ def _gym_loop(env: Any, episodes: int, action: Any) -> float:
     return time.perf_counter() - start
 
 
-def _bare_loop(workload: str, steps: int, episodes: int) -> float:
-    try:
-        import gymnasium  # noqa: F401
-    except ImportError:  # the envlogger venv: its own dm_env loop
-        return _dm_loop(_dm_env(workload, steps), episodes, Rollout(workload, 1).action)
+def _bare_loop(peer: str, workload: str, steps: int, episodes: int) -> float:
+    if peer in ("envlogger", "ours-dm_env"):  # the dm_env env they record
+        return _dm_loop(_dm_env(workload, steps), episodes, 1)
     env = _gym_env(workload, steps)
     return _gym_loop(env, episodes, env.rollout.action)
 
@@ -399,6 +401,15 @@ def _dm_loop(env: Any, episodes: int, action: Any) -> float:
     return time.perf_counter() - start
 
 
+def _run_ours_dm_env(workload: str, steps: int, episodes: int, out: str) -> float:
+    import rlds_writer
+
+    env = rlds_writer.EnvLogger(_dm_env(workload, steps), data_directory=out)
+    loop = _dm_loop(env, episodes, 1)
+    env.close()
+    return loop
+
+
 def _run_envlogger(workload: str, steps: int, episodes: int, out: str) -> float:
     import envlogger
 
@@ -506,6 +517,7 @@ RUNNERS = {
     "minari": _run_minari,
     "hf": _run_hf,
     "envlogger": _run_envlogger,
+    "ours-dm_env": _run_ours_dm_env,
     "lerobot": _run_lerobot,
     "plain": _run_plain,
     "plain-episode": _run_plain_episode,
@@ -522,6 +534,7 @@ _IMPORTS = {
     "minari": ("minari", "gymnasium", "PIL.Image"),
     "hf": ("datasets", "PIL.Image"),
     "envlogger": ("envlogger",),
+    "ours-dm_env": ("rlds_writer", "rlds_writer.record.dm_env", "dm_env"),
     "lerobot": ("lerobot.datasets.lerobot_dataset", "gymnasium"),
     "plain": (),
     "plain-episode": (),
@@ -569,7 +582,7 @@ def child(
     if not cold:
         for module in _IMPORTS[peer]:
             importlib.import_module(module)
-        bare = _bare_loop(workload, steps, episodes)
+        bare = _bare_loop(peer, workload, steps, episodes)
     cpu0, wall0 = _cpu_seconds(), time.perf_counter()
     loop = RUNNERS[peer](workload, steps, episodes, out)
     wall = time.perf_counter() - wall0
