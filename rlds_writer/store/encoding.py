@@ -15,12 +15,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlds_writer import errors
-from rlds_writer.store import image_processes
 from rlds_writer.store.episode_data import ChunkedRows
 from rlds_writer.store.field_encoding import (
     bytes_list_of_entries,
@@ -47,6 +46,9 @@ from rlds_writer.store.image_codecs import (
     yield_cpu_to_caller,
 )
 from rlds_writer.store.wire import varint as _varint
+
+if TYPE_CHECKING:
+    from rlds_writer.store import image_processes
 
 _log = logging.getLogger(__name__)
 
@@ -113,14 +115,15 @@ class EpisodeEncoder:
         self._processes: image_processes.ImageProcessPool | None = None
         # (columns, keys, handle) of the next episode's frames, queued in the workers.
         self._ahead: tuple[Any, list[str], int] | None = None
-        if (
-            image_workers
-            and any(f.in_steps and f.kind in (PNG, JPEG) for f in self.fields)
-            and image_processes.supported()
-        ):
-            # Not started yet: `_start_workers_if_behind` starts it, or takes
-            # one an earlier recording of this process left running.
-            self._processes = image_processes.ImageProcessPool(image_workers)
+        if image_workers and any(f.in_steps and f.kind in (PNG, JPEG) for f in self.fields):
+            # Imported here: its subprocess, socket and selectors imports are
+            # a few ms of a recording that has no images.
+            from rlds_writer.store import image_processes
+
+            if image_processes.supported():
+                # Not started yet: `_start_workers_if_behind` starts it, or takes
+                # one an earlier recording of this process left running.
+                self._processes = image_processes.ImageProcessPool(image_workers)
         # Set once the processes answer; until then frames are encoded here.
         self._workers_up = threading.Event()
         self._starter: threading.Thread | None = None
@@ -131,6 +134,8 @@ class EpisodeEncoder:
             start_workers_behind = START_WORKERS_BEHIND_SECONDS
         self._start_after = start_workers_behind
         if self._processes is not None and start_workers_behind <= 0:
+            from rlds_writer.store import image_processes
+
             self._processes = image_processes.take_started(image_workers) or self._processes
             self._workers_up.set()  # `submit` starts them at the first image episode
         # Measured CPU seconds per frame encoded here (on this thread or the
@@ -178,6 +183,8 @@ class EpisodeEncoder:
             processes, self._processes = self._processes, None
         self._starter = None
         if processes is not None and not starting:
+            from rlds_writer.store import image_processes
+
             if ahead is not None:
                 processes.discard(ahead[2])
             image_processes.give_back(processes)
@@ -276,6 +283,8 @@ class EpisodeEncoder:
             return
         if self._frame_seconds < START_WORKERS_FRAME_SECONDS:
             return
+        from rlds_writer.store import image_processes
+
         running = image_processes.take_started(self._processes.workers)
         if running is not None:
             # Processes an earlier recording left: nothing to pay for, use them now.
@@ -295,6 +304,8 @@ class EpisodeEncoder:
 
     def _start_workers(self, processes: image_processes.ImageProcessPool) -> None:
         """Starts the processes and waits for their first answer (on its own thread)."""
+        from rlds_writer.store import image_processes
+
         try:
             # One tiny frame per task, two tasks per worker: every worker answers.
             warm_up = np.zeros((2 * processes.workers, 2, 2, 3), np.uint8)
@@ -378,6 +389,8 @@ class EpisodeEncoder:
           Field key -> its frames as `BytesList` entries in pieces, for the
           fields `_image_jobs` takes; {} if the workers are lost.
         """
+        from rlds_writer.store import image_processes
+
         ahead, self._ahead = self._ahead, None
         try:
             if ahead is not None and ahead[0] is not columns:

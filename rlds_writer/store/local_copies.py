@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import secrets
 from typing import Any
 
 DEFAULT_CACHE_BYTES = 4 << 30
@@ -60,7 +59,7 @@ def local_copy(store: Any, path: str) -> str:
         os.utime(copy)  # recently used: the last to be evicted
         return copy
     _evict(directory, cache_budget() - size, keep=copy)
-    tmp = os.path.join(directory, f".{digest}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    tmp = os.path.join(directory, f".{digest}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         store.download(path, tmp)
         os.replace(tmp, copy)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import threading
 from collections.abc import Sequence
 from typing import Any, BinaryIO, Protocol
@@ -221,7 +220,7 @@ class LocalStorage(Storage):
         directory, name = os.path.split(path)
         while True:
             # Matched by store.layout's temporary-file pattern, cleaned by recovery.
-            tmp = os.path.join(directory, f".{name}.tmp-{os.getpid()}-{secrets.token_hex(8)}")
+            tmp = os.path.join(directory, f".{name}.tmp-{os.getpid()}-{os.urandom(8).hex()}")
             try:
                 fd = os.open(tmp, _EXCLUSIVE, 0o666)
                 break
