@@ -753,7 +753,8 @@ def cold_report(results: dict, repetitions: int, command: str) -> str:
         "episode, close) in a fresh process that has imported only numpy: the clock runs "
         "over the imports of the peer and of its env's framework (gymnasium or dm_env) "
         "and over whatever it loads on first use. ms wall / CPU; ratios are the peer's "
-        "wall time over ours.",
+        "wall time over ours (`RecordRLDS`, which pays gymnasium's import); envlogger "
+        "records a dm_env env, as ours-dm_env does.",
         "",
         "| peer | " + " | ".join(workloads) + " |",
         "|---|" + "---|" * len(workloads),

@@ -260,3 +260,86 @@ def test_description_fields_reach_dataset_info_json_through_tfds(tmp_path):
     # A field only TFDS's config has gives TFDS's config.
     tfds_only = config_lib.env_config(rlds_writer.Catch(seed=0), "x", description="d")
     assert type(tfds_only) is config_lib.dataset_config_class() and tfds_only.description == "d"
+
+
+class _RichDmEnv:
+    """A dm_env env whose specs become an image, a float64 vector and text."""
+
+    def __init__(self):
+        import dm_env
+
+        self._dm_env = dm_env
+        self._t = 0
+
+    def _obs(self):
+        rng = np.random.default_rng(self._t)
+        return {
+            "image": rng.integers(0, 255, (16, 16, 3), dtype=np.uint8),
+            "vec": rng.uniform(-1, 1, 3),
+            "note": "t" * (self._t % 4),
+        }
+
+    def reset(self):
+        self._t = 0
+        return self._dm_env.restart(self._obs())
+
+    def step(self, action):
+        self._t += 1
+        if self._t == 4:
+            return self._dm_env.termination(1.0, self._obs())
+        return self._dm_env.transition(0.5, self._obs())
+
+    def observation_spec(self):
+        from dm_env import specs
+
+        return {
+            "image": specs.Array((16, 16, 3), np.uint8),
+            "vec": specs.Array((3,), np.float64),
+            "note": specs.StringArray(()),
+        }
+
+    def action_spec(self):
+        from dm_env import specs
+
+        return specs.DiscreteArray(3)
+
+    def reward_spec(self):
+        from dm_env import specs
+
+        return specs.Array((), np.float32)
+
+    def discount_spec(self):
+        from dm_env import specs
+
+        return specs.BoundedArray((), np.float32, 0.0, 1.0)
+
+    def close(self):
+        pass
+
+
+def _log_dm_env(directory):
+    env = rlds_writer.EnvLogger(_RichDmEnv(), data_directory=directory, metadata={"run": 1})
+    for _ in range(2):
+        timestep = env.reset()
+        while not timestep.last():
+            timestep = env.step(1)
+    env.close()
+
+
+def test_an_envlogger_recording_made_without_tfds_is_file_for_file_tfds_own(tmp_path, monkeypatch):
+    built = []
+    build = dataset_setup.build_dataset_info
+    monkeypatch.setattr(
+        dataset_setup, "build_dataset_info", lambda *a: built.append(a) or build(*a)
+    )
+    _log_dm_env(tmp_path / "own")
+    assert built == []
+    monkeypatch.setattr(fd, "natively_written", lambda feature: False)
+    _log_dm_env(tmp_path / "tfds")
+    assert len(built) == 1
+    own, theirs = _files(tmp_path / "own"), _files(tmp_path / "tfds")
+    assert set(own) == set(theirs) and len(own) >= 4
+    for name in own:
+        assert own[name] == theirs[name], name
+    steps = tfds.builder_from_directory(os.fspath(tmp_path / "own")).info.features["steps"]
+    assert steps["observation"]["image"].encoding_format == "png"
