@@ -15,6 +15,22 @@ from typing import Any
 
 import numpy as np
 
+# Every numeric dtype TFDS's `Tensor` takes.
+NUMERIC_DTYPES = [
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+]
+
 
 @dataclasses.dataclass
 class EpisodeSpec:

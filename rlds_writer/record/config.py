@@ -10,7 +10,8 @@ short recording); the public builders (`feature_from_spec`, `image_feature`,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,6 +79,23 @@ def as_tfds_config(config: Any) -> Any:
     return dataset_config_class()(**fields)
 
 
+def tfds_builder(
+    build: Callable[..., Any], name: str, convert: Callable[[Any], Any] = feature_defs.as_tfds
+) -> Callable[..., Any]:
+    """The public form of one of the builders here: what `build` makes, as TFDS's objects.
+
+    It takes `build`'s arguments (`inspect.signature` and `help` show them).
+    """
+
+    @functools.wraps(build)
+    def public(*args: Any, **kwargs: Any) -> Any:
+        return convert(build(*args, **kwargs))
+
+    public.__name__ = public.__qualname__ = name
+    public.__doc__ = f"`{build.__name__}` (the same arguments), as TFDS's own objects."
+    return public
+
+
 # Boxes of rank 2 or 3 at least this large are treated as images.
 IMAGE_MIN_SIZE = 256
 # "png" / "jpeg": tfds.features.Image; "bytes" / "zlib" / "none": Tensor encodings.
@@ -107,16 +125,6 @@ def is_image(shape: Sequence[int], dtype: Any) -> bool:
         and len(shape) in (2, 3)
         and int(np.prod(shape)) >= IMAGE_MIN_SIZE
     )
-
-
-def image_feature(
-    shape: Sequence[int],
-    dtype: Any,
-    image_encoding: str = DEFAULT_IMAGE_ENCODING,
-    jpeg_quality: int = DEFAULT_JPEG_QUALITY,
-) -> Any:
-    """`image_def` as TFDS's own feature (`tfds.features.Image` or `Tensor`)."""
-    return feature_defs.as_tfds(image_def(shape, dtype, image_encoding, jpeg_quality))
 
 
 def image_def(
@@ -166,20 +174,13 @@ def image_def(
     return feature_defs.Tensor(shape, dtype, image_encoding if dtype == np.uint8 else "none")
 
 
+image_feature = tfds_builder(image_def, "image_feature")
+
+
 def is_image_like(shape: Sequence[int], dtype: Any) -> bool:
     """True for specs stored as images: rank-3 uint8 arrays of any size, and
     rank-3 uint16 / float32 arrays that `is_image` accepts (depth images)."""
     return len(shape) == 3 and (np.dtype(dtype) == np.uint8 or is_image(shape, dtype))
-
-
-def feature_from_spec(
-    spec: Any,
-    path: str = "spec",
-    image_encoding: str = DEFAULT_IMAGE_ENCODING,
-    jpeg_quality: int = DEFAULT_JPEG_QUALITY,
-) -> Any:
-    """`spec_def` as TFDS's own features (a dict of them for nested specs)."""
-    return feature_defs.as_tfds(spec_def(spec, path, image_encoding, jpeg_quality))
 
 
 def spec_def(
@@ -235,36 +236,15 @@ def spec_def(
     raise SpecError(f"{path}: expected a dm_env spec or a nest of them, got {type(spec).__name__}")
 
 
+feature_from_spec = tfds_builder(spec_def, "feature_from_spec")
+
+
 def _string_feature(shape: tuple[int, ...]) -> Any:
     if shape == ():
         return feature_defs.Text()
     import tensorflow_datasets as tfds
 
     return tfds.features.Tensor(shape=shape, dtype=np.object_)
-
-
-def config_from_env(
-    env: Any,
-    name: str,
-    *,
-    step_metadata_info: Mapping[str, Any] | None = None,
-    episode_metadata_info: Mapping[str, Any] | None = None,
-    image_encoding: str = DEFAULT_IMAGE_ENCODING,
-    jpeg_quality: int = DEFAULT_JPEG_QUALITY,
-    **config_kwargs: Any,
-) -> Any:
-    """`env_config` as TFDS's `tfds.rlds.rlds_base.DatasetConfig` of TFDS's features."""
-    return as_tfds_config(
-        env_config(
-            env,
-            name,
-            step_metadata_info=step_metadata_info,
-            episode_metadata_info=episode_metadata_info,
-            image_encoding=image_encoding,
-            jpeg_quality=jpeg_quality,
-            **config_kwargs,
-        )
-    )
 
 
 def env_config(
@@ -310,3 +290,6 @@ def env_config(
         episode_metadata_info=dict(episode_metadata_info or {}),
         **config_kwargs,
     )
+
+
+config_from_env = tfds_builder(env_config, "config_from_env", as_tfds_config)

@@ -46,6 +46,7 @@ from rlds_writer.record.config import (
     image_feature,
     is_image,
     recording_config,
+    tfds_builder,
 )
 from rlds_writer.store import feature_defs
 
@@ -84,16 +85,6 @@ def _array_feature(
     if dtype == np.float64:
         return _tensor(shape, dtype, "bytes")
     return _tensor(shape, dtype)
-
-
-def feature_from_space(
-    space: Any,
-    path: str = "space",
-    image_encoding: str = DEFAULT_IMAGE_ENCODING,
-    jpeg_quality: int = DEFAULT_JPEG_QUALITY,
-) -> Any:
-    """`space_def` as TFDS's own features (a dict of them for `Dict` and `Tuple`)."""
-    return feature_defs.as_tfds(space_def(space, path, image_encoding, jpeg_quality))
 
 
 def space_def(
@@ -140,6 +131,9 @@ def space_def(
         f"{path}: {type(space).__name__} spaces are not supported (supported: Box, Discrete, "
         "MultiDiscrete, MultiBinary, Dict, Tuple, Text); pass the feature explicitly"
     )
+
+
+feature_from_space = tfds_builder(space_def, "feature_from_space")
 
 
 def _has_tuple(space: Any) -> bool:
@@ -206,11 +200,6 @@ def discount_feature() -> Any:
     return _tensor((), np.float32)
 
 
-def config_from_spaces(observation_space: Any, action_space: Any, *args: Any, **kwargs: Any) -> Any:
-    """`spaces_config` as TFDS's `tfds.rlds.rlds_base.DatasetConfig` of TFDS's features."""
-    return as_tfds_config(spaces_config(observation_space, action_space, *args, **kwargs))
-
-
 def spaces_config(
     observation_space: Any,
     action_space: Any,
@@ -264,6 +253,9 @@ def spaces_config(
     )
 
 
+config_from_spaces = tfds_builder(spaces_config, "config_from_spaces", as_tfds_config)
+
+
 def _scalar_dtype(values: list[Any]) -> np.dtype | None:
     """Common dtype of Python / numpy scalars, or None if they are not all scalars."""
     kinds = set()
@@ -288,11 +280,6 @@ def _scalar_dtype(values: list[Any]) -> np.dtype | None:
         dtype = np.result_type(*np_dtypes)
         return np.dtype(np.float32) if dtype == np.float64 else dtype
     return np.dtype(np.float32 if "f" in kinds else np.int64)
-
-
-def feature_from_values(values: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
-    """`values_def` as TFDS's own features (a dict of them for dict values)."""
-    return feature_defs.as_tfds(values_def(values, *args, **kwargs))
 
 
 def values_def(
@@ -360,6 +347,9 @@ def values_def(
     if from_python and dtype.kind == "i":
         dtype = np.dtype(np.int64)
     return _array_feature(arrays[0].shape, dtype, image_encoding, path, jpeg_quality)
+
+
+feature_from_values = tfds_builder(values_def, "feature_from_values")
 
 
 def _kind(value: Any) -> str:

@@ -6,24 +6,10 @@ import dm_env
 import numpy as np
 import pytest
 from dm_env import specs
+from helpers_core import NUMERIC_DTYPES as NUMERIC
 from helpers_core import assert_same, load_episodes
 
 import rlds_writer
-
-NUMERIC = [
-    np.bool_,
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.float16,
-    np.float32,
-    np.float64,
-]
 
 
 def _observation_spec():

@@ -7,12 +7,15 @@ import subprocess
 import sys
 import textwrap
 
+import dm_env
 import gymnasium as gym
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
+from dm_env import specs
 from google.protobuf import json_format
 from gymnasium import spaces
+from helpers_core import NUMERIC_DTYPES
 
 import rlds_writer
 from rlds_writer.errors import SpecError
@@ -22,25 +25,10 @@ from rlds_writer.store import dataset_setup
 from rlds_writer.store import feature_defs as fd
 from rlds_writer.store.writer import DatasetWriter
 
-_NUMERIC = (
-    np.bool_,
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.float16,
-    np.float32,
-    np.float64,
-)
-
 
 def _every_kind() -> list[object]:
     kinds: list[object] = [fd.Text(), fd.Scalar(np.int64), fd.Scalar(np.bool_)]
-    for dtype in _NUMERIC:
+    for dtype in NUMERIC_DTYPES:
         for shape in ((), (3,), (2, 3)):
             for encoding in fd.TENSOR_ENCODINGS:
                 kinds.append(fd.Tensor(shape, dtype, encoding))
@@ -150,24 +138,28 @@ def _files(directory):
     }
 
 
-def test_a_recording_made_without_tfds_is_file_for_file_the_one_tfds_objects_make(
-    tmp_path, monkeypatch
-):
+def _same_files_both_ways(tmp_path, monkeypatch, record) -> None:
+    """`record` made with features left as `feature_defs`, then made TFDS's objects: same files."""
     built = []
     build = dataset_setup.build_dataset_info
     monkeypatch.setattr(
         dataset_setup, "build_dataset_info", lambda *a: built.append(a) or build(*a)
     )
-    _record(tmp_path / "own")
-    assert built == []
-    # The same recording with every feature made TFDS's own object.
+    record(tmp_path / "own")
+    assert built == []  # TFDS's DatasetInfo was not built
     monkeypatch.setattr(fd, "natively_written", lambda feature: False)
-    _record(tmp_path / "tfds")
+    record(tmp_path / "tfds")
     assert len(built) == 1
     own, theirs = _files(tmp_path / "own"), _files(tmp_path / "tfds")
     assert set(own) == set(theirs) and len(own) >= 4
     for name in own:
         assert own[name] == theirs[name], name
+
+
+def test_a_recording_made_without_tfds_is_file_for_file_the_one_tfds_objects_make(
+    tmp_path, monkeypatch
+):
+    _same_files_both_ways(tmp_path, monkeypatch, _record)
     loaded = tfds.builder_from_directory(os.fspath(tmp_path / "own"))
     assert loaded.info.features["steps"]["observation"]["image"].encoding_format == "jpeg"
     episodes = list(tfds.as_numpy(loaded.as_dataset(split="train")))
@@ -262,13 +254,10 @@ def test_description_fields_reach_dataset_info_json_through_tfds(tmp_path):
     assert type(tfds_only) is config_lib.dataset_config_class() and tfds_only.description == "d"
 
 
-class _RichDmEnv:
+class _RichDmEnv(dm_env.Environment):
     """A dm_env env whose specs become an image, a float64 vector and text."""
 
     def __init__(self):
-        import dm_env
-
-        self._dm_env = dm_env
         self._t = 0
 
     def _obs(self):
@@ -281,17 +270,15 @@ class _RichDmEnv:
 
     def reset(self):
         self._t = 0
-        return self._dm_env.restart(self._obs())
+        return dm_env.restart(self._obs())
 
     def step(self, action):
         self._t += 1
         if self._t == 4:
-            return self._dm_env.termination(1.0, self._obs())
-        return self._dm_env.transition(0.5, self._obs())
+            return dm_env.termination(1.0, self._obs())
+        return dm_env.transition(0.5, self._obs())
 
     def observation_spec(self):
-        from dm_env import specs
-
         return {
             "image": specs.Array((16, 16, 3), np.uint8),
             "vec": specs.Array((3,), np.float64),
@@ -299,22 +286,13 @@ class _RichDmEnv:
         }
 
     def action_spec(self):
-        from dm_env import specs
-
         return specs.DiscreteArray(3)
 
     def reward_spec(self):
-        from dm_env import specs
-
         return specs.Array((), np.float32)
 
     def discount_spec(self):
-        from dm_env import specs
-
         return specs.BoundedArray((), np.float32, 0.0, 1.0)
-
-    def close(self):
-        pass
 
 
 def _log_dm_env(directory):
@@ -327,19 +305,6 @@ def _log_dm_env(directory):
 
 
 def test_an_envlogger_recording_made_without_tfds_is_file_for_file_tfds_own(tmp_path, monkeypatch):
-    built = []
-    build = dataset_setup.build_dataset_info
-    monkeypatch.setattr(
-        dataset_setup, "build_dataset_info", lambda *a: built.append(a) or build(*a)
-    )
-    _log_dm_env(tmp_path / "own")
-    assert built == []
-    monkeypatch.setattr(fd, "natively_written", lambda feature: False)
-    _log_dm_env(tmp_path / "tfds")
-    assert len(built) == 1
-    own, theirs = _files(tmp_path / "own"), _files(tmp_path / "tfds")
-    assert set(own) == set(theirs) and len(own) >= 4
-    for name in own:
-        assert own[name] == theirs[name], name
+    _same_files_both_ways(tmp_path, monkeypatch, _log_dm_env)
     steps = tfds.builder_from_directory(os.fspath(tmp_path / "own")).info.features["steps"]
     assert steps["observation"]["image"].encoding_format == "png"

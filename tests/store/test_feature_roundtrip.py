@@ -15,6 +15,7 @@ import logging
 import numpy as np
 import pytest
 from helpers_core import (
+    NUMERIC_DTYPES,
     EpisodeSpec,
     assert_same,
     load_episodes,
@@ -24,21 +25,6 @@ from helpers_core import (
 )
 
 import rlds_writer
-
-NUMERIC_DTYPES = [
-    np.bool_,
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.float16,
-    np.float32,
-    np.float64,
-]
 
 
 def _tfds():
