@@ -583,6 +583,9 @@ def child(
         for module in _IMPORTS[peer]:
             importlib.import_module(module)
         bare = _bare_loop(peer, workload, steps, episodes)
+    # numpy's OpenBLAS threads spin for about 50 ms after its import: that CPU is
+    # not the peer's (a peer with quick imports would otherwise be charged it).
+    time.sleep(0.1)
     cpu0, wall0 = _cpu_seconds(), time.perf_counter()
     loop = RUNNERS[peer](workload, steps, episodes, out)
     wall = time.perf_counter() - wall0

@@ -25,7 +25,7 @@
 
 /* How a column takes its value (record/columns.py `kernel_leaf`). */
 enum {
-    LEAF_INT64 = 0,  /* a Python int within int64, or a type in `types` */
+    LEAF_INT = 0,    /* a Python int within [lo, hi] (the dtype's range), or a type in `types` */
     LEAF_SCALAR = 1, /* a Python float if `float_first`, or a type in `types` */
     LEAF_ARRAY = 2,  /* a numpy.ndarray of exactly `dtype` and `shape`: its bytes */
     LEAF_NONE = 3,   /* the dataset has no such field: the value is not looked at */
@@ -40,6 +40,7 @@ typedef struct {
     int ndim;
     npy_intp dims[NPY_MAXDIMS];
     Py_ssize_t nbytes;
+    long long lo, hi; /* LEAF_INT: the range of ints taken as they are */
 } Leaf;
 
 /* The leaves in order: action, reward, discount, observation. */
@@ -76,12 +77,14 @@ leaf_takes(const Leaf *leaf, PyObject *v)
     switch (leaf->kind) {
     case LEAF_NONE:
         return 1;
-    case LEAF_INT64:
+    case LEAF_INT:
         if (t == &PyLong_Type) {
             int overflow;
-            PyLong_AsLongLongAndOverflow(v, &overflow);
-            if (overflow) return 0; /* the Python step refuses it, naming the field */
-            return PyErr_Occurred() ? -1 : 1;
+            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (x == -1 && PyErr_Occurred()) return -1;
+            /* Out of range: the Python step refuses it, naming the field (or,
+             * above int64 in a uint64 column, takes it). */
+            return !overflow && x >= leaf->lo && x <= leaf->hi;
         }
         return PySet_Contains(leaf->types, (PyObject *)t);
     case LEAF_SCALAR:
@@ -260,10 +263,32 @@ parse_leaf(Leaf *leaf, PyObject *spec)
             leaf->dims[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
             if (leaf->dims[i] == -1 && PyErr_Occurred()) return -1;
         }
-    } else if (kind == LEAF_INT64 || kind == LEAF_SCALAR) {
+    } else if (kind == LEAF_INT || kind == LEAF_SCALAR) {
         if (!PyAnySet_Check(types)) {
             PyErr_SetString(PyExc_TypeError, "a scalar leaf's types must be a set");
             return -1;
+        }
+        if (kind == LEAF_INT) {
+            /* The size from `dtype.itemsize`: the descriptor's field moved in NumPy 2. */
+            PyArray_Descr *d = (PyArray_Descr *)dtype;
+            PyObject *size = PyArray_DescrCheck(dtype) && PyDataType_ISINTEGER(d)
+                                 ? PyObject_GetAttrString(dtype, "itemsize")
+                                 : NULL;
+            long bytes = size != NULL ? PyLong_AsLong(size) : -1;
+            Py_XDECREF(size);
+            if (bytes < 1 || bytes > 8) {
+                PyErr_Clear();
+                PyErr_SetString(PyExc_ValueError, "an int leaf needs an integer dtype");
+                return -1;
+            }
+            int bits = 8 * (int)bytes;
+            if (PyDataType_ISUNSIGNED(d)) {
+                leaf->lo = 0;
+                leaf->hi = bits == 64 ? LLONG_MAX : (long long)((1ULL << bits) - 1);
+            } else {
+                leaf->lo = bits == 64 ? LLONG_MIN : -(1LL << (bits - 1));
+                leaf->hi = bits == 64 ? LLONG_MAX : (1LL << (bits - 1)) - 1;
+            }
         }
     } else {
         PyErr_Format(PyExc_ValueError, "unknown leaf kind %d", kind);
@@ -453,7 +478,7 @@ PyInit__step_kernel(void)
     PyObject *m = PyModule_Create(&kernel_module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "StepKernel", (PyObject *)&StepKernelType) < 0
-        || PyModule_AddIntConstant(m, "LEAF_INT64", LEAF_INT64) < 0
+        || PyModule_AddIntConstant(m, "LEAF_INT", LEAF_INT) < 0
         || PyModule_AddIntConstant(m, "LEAF_SCALAR", LEAF_SCALAR) < 0
         || PyModule_AddIntConstant(m, "LEAF_ARRAY", LEAF_ARRAY) < 0
         || PyModule_AddIntConstant(m, "LEAF_NONE", LEAF_NONE) < 0) {

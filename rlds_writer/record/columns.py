@@ -43,11 +43,22 @@ def _fast_scalar_types(dtype: np.dtype) -> frozenset:
     if dtype.kind == "f":
         return frozenset((float, int, np.float64, np.float32, np.float16, np.int64, np.int32))
     if dtype == np.int64:
-        # Python ints outside int64 are caught at episode end (see _ScalarColumn).
+        # Python ints outside int64 are caught at the step (see _ScalarColumn).
         return frozenset(
             (int, np.int64, np.int32, np.int16, np.int8, np.uint8, np.uint16, np.uint32)
         )
+    if dtype.kind in "iu":
+        # A Python int within the dtype's range (dm_env's `DiscreteArray` is int32).
+        return frozenset((int, dtype.type))
     return frozenset((dtype.type,))
+
+
+def _int_range(dtype: np.dtype) -> tuple[int, int] | None:
+    """The range of Python ints an integer column takes as they are (None: not one)."""
+    if dtype.kind not in "iu":
+        return None
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
 
 
 # Scalar dtypes whose columns of Python numbers `struct` packs to the bytes
@@ -112,14 +123,15 @@ class _ScalarColumn:
         fast = self._fast
         push = self.items.append
         field = self.field
-        # A Python int is unbounded: check int64's range here, at the step, not
-        # when the episode ends (that would drop the whole episode).
-        bounded = self.dtype == np.int64
+        # A Python int is unbounded: check the dtype's range here, at the step,
+        # not when the episode ends (that would drop the whole episode).
+        lo, hi = _int_range(self.dtype) or (None, None)
+        bounded = lo is not None
 
         def append(value: Any) -> None:
             kind = type(value)
             if kind in fast:
-                if bounded and kind is int and not INT64_MIN <= value <= INT64_MAX:
+                if bounded and kind is int and not lo <= value <= hi:
                     raise StepValueError(
                         field.key, f"expected {field.describe()}, got int {value} (out of range)"
                     )
@@ -130,7 +142,7 @@ class _ScalarColumn:
         return append
 
     def inline_names(self) -> dict[str, Any]:
-        if self.dtype == np.int64:
+        if _int_range(self.dtype):
             return {"others": self._fast - {int}, "push": self.items.append}
         return {"types": self._fast, "push": self.items.append}
 
@@ -142,15 +154,17 @@ class _ScalarColumn:
 
     def kernel_leaf(self) -> tuple:
         """The same test and append for the C step (`record.step_kernel`)."""
-        if self.dtype == np.int64:
-            return ("int64", self.items, frozenset(self._fast - {int}), False, None, (), 0)
+        if _int_range(self.dtype):
+            others = frozenset(self._fast - {int})
+            return ("int", self.items, others, False, self.dtype, (), 0)
         return ("scalar", self.items, frozenset(self._fast), float in self._fast, None, (), 0)
 
     def inline_source(self) -> tuple[str, str]:
         """The test and the append of `record.appender.compile_step_add` (same as `append`)."""
-        if self.dtype == np.int64:
+        bounds = _int_range(self.dtype)
+        if bounds:
             # A Python int first (the common action), with one type test.
-            test = f"type({{v}}) is int and {INT64_MIN} <= {{v}} <= {INT64_MAX}"
+            test = f"type({{v}}) is int and {bounds[0]} <= {{v}} <= {bounds[1]}"
             return f"{test} or type({{v}}) in {{others}}", "{push}({v})"
         if float in self._fast:
             # A Python float first (the common reward and discount): one identity test.

@@ -29,7 +29,7 @@ _log = logging.getLogger(__name__)
 PURE_PYTHON_ENV = "RLDS_WRITER_PURE_PYTHON"
 
 _KINDS = {
-    "int64": "LEAF_INT64",
+    "int": "LEAF_INT",
     "scalar": "LEAF_SCALAR",
     "array": "LEAF_ARRAY",
     "none": "LEAF_NONE",

@@ -28,6 +28,7 @@ from helpers_core import load_episodes
 
 import rlds_writer
 from rlds_writer.errors import StepValueError
+from rlds_writer.record import columns as columns_lib
 from rlds_writer.record import step_kernel
 
 _SHAPE = (3, 2)
@@ -414,3 +415,57 @@ def test_record_rlds_makes_its_first_episodes_c_step_when_it_is_created(tmp_path
         env.step(1)
     env.close()
     assert [len(e["steps"]) for e in load_episodes(tmp_path / "d")] == [4]
+
+
+class _IntActions(_Scripted):
+    """Actions of an integer dtype other than int64 (dm_env's `DiscreteArray` is int32)."""
+
+    def __init__(self, episodes, dtype):
+        super().__init__(episodes)
+        self._dtype = dtype
+
+    def action_spec(self) -> specs.Array:
+        return specs.Array((), self._dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint8, np.uint16, np.uint64])
+def test_python_int_actions_in_any_int_dtype_are_taken_at_the_step_and_bounded(
+    tmp_path, monkeypatch, dtype
+):
+    info = np.iinfo(dtype)
+    lo, hi = int(info.min), int(info.max)
+    # Per episode, the actions of its steps; an out-of-range one ends its episode.
+    episodes = [[1, lo, hi, np.int64(2), True, 0], [3, hi + 1], [4, lo - 1]]
+    results = {}
+    for pure in (False, True):
+        if pure:
+            monkeypatch.setenv(step_kernel.PURE_PYTHON_ENV, "1")
+        else:
+            monkeypatch.delenv(step_kernel.PURE_PYTHON_ENV, raising=False)
+        casts: list[Any] = []
+        cast = columns_lib.cast_value
+        monkeypatch.setattr(
+            columns_lib,
+            "cast_value",
+            lambda f, v, casts=casts, cast=cast: casts.append(v) or cast(f, v),
+        )
+        scripts = [[_mid(0.5, _obs(t)) for t in range(len(a) - 1)] + [_last()] for a in episodes]
+        path = tmp_path / ("py" if pure else "c")
+        errors = []
+        with rlds_writer.EnvLogger(_IntActions(scripts, dtype), data_directory=str(path)) as logged:
+            for actions in episodes:
+                logged.reset()
+                for action in actions:
+                    try:
+                        logged.step(action)
+                    except StepValueError as e:
+                        errors.append(str(e))
+        # Only the numpy scalar and the bool are cast; ints out of range are refused by name.
+        assert [type(v) for v in casts] == [np.int64, bool], casts
+        results[pure] = errors, _shards(path)
+    assert results[False] == results[True]
+    errors, shards = results[False]
+    assert shards and len(errors) == 2 and all("steps/action" in e for e in errors)
+    assert "out of range" in errors[0] and str(hi + 1) in errors[0]
+    recorded = load_episodes(tmp_path / "c")
+    assert [int(s["action"]) for s in recorded[0]["steps"][:5]] == [1, lo, hi, 2, 1]
