@@ -423,8 +423,9 @@ def jpeg_quality_of(feature: Any) -> int:
     """The JPEG quality to encode a feature with.
 
     TFDS's `Image` has no quality setting (it uses TensorFlow's default, 95);
-    `image_feature` in `record.config` stores the requested quality on the
-    feature object as `jpeg_quality`. It is not saved in `features.json`.
+    `image_def` in `record.config` keeps the requested quality on the feature
+    as `jpeg_quality` (a field of `feature_defs.Image`, an attribute of the
+    TFDS `Image` made from one). It is not saved in `features.json`.
     """
     quality = getattr(feature, "jpeg_quality", None)
     return DEFAULT_JPEG_QUALITY if quality is None else int(quality)
