@@ -213,7 +213,7 @@ def as_feature(value: Any) -> Any:
         return value
     if type(value) is dict:
         return FeaturesDict(value)
-    if isinstance(value, type) and issubclass(value, np.generic) or isinstance(value, np.dtype):
+    if (isinstance(value, type) and issubclass(value, np.generic)) or isinstance(value, np.dtype):
         dtype = np.dtype(value)
         if dtype.kind in "biuf":
             return Tensor((), dtype)
@@ -222,12 +222,7 @@ def as_feature(value: Any) -> Any:
 
 def is_own(feature: Any) -> bool:
     """Whether `feature` (a node, a dict or a dtype) is made of these classes only."""
-    feature = as_feature(feature)
-    if isinstance(feature, FeaturesDict):
-        return all(is_own(v) for v in feature.values())
-    if isinstance(feature, Dataset):
-        return is_own(feature.feature)
-    return isinstance(feature, OWN_TYPES)
+    return all(isinstance(leaf, OWN_TYPES) for leaf in _leaves(as_feature(feature)))
 
 
 def natively_written(feature: Any) -> bool:
@@ -236,14 +231,14 @@ def natively_written(feature: Any) -> bool:
     A numeric tensor with a zero-sized dimension is not: TFDS's own checks
     refuse some of those by their serialized shape, and the writer runs them.
     """
-    if not is_own(feature):
-        return False
-    return not any(
-        isinstance(leaf, Tensor) and 0 in leaf.shape for leaf in _leaves(as_feature(feature))
+    return all(
+        isinstance(leaf, OWN_TYPES) and not (isinstance(leaf, Tensor) and 0 in leaf.shape)
+        for leaf in _leaves(as_feature(feature))
     )
 
 
 def _leaves(feature: Any) -> Iterator[Any]:
+    """The leaves of a tree (dicts and `steps` descended), TFDS's nodes among them as they are."""
     if isinstance(feature, FeaturesDict):
         for value in feature.values():
             yield from _leaves(value)
