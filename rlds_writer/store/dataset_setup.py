@@ -170,11 +170,12 @@ def describe_dataset(
     check_version(version)
     steps = _step_features(ds_config)
     episode = dict(ds_config.episode_metadata_info or {})
-    own = not any(getattr(ds_config, f, None) for f in _DESCRIPTION_FIELDS)
-    if own and feature_defs.natively_written({**episode, "steps": steps}):
+    if not any(getattr(ds_config, f, None) for f in _DESCRIPTION_FIELDS):
+        # TFDS's objects in it are kept as they are, and `natively_written` refuses them.
         features = feature_defs.FeaturesDict({"steps": feature_defs.Dataset(steps), **episode})
-        info_json = {"name": name, "version": version, "fileFormat": file_format}
-        return WriterInfo(features, info_json, features.to_json(), metadata or None)
+        if feature_defs.natively_written(features):
+            info_json = {"name": name, "version": version, "fileFormat": file_format}
+            return WriterInfo(features, info_json, features.to_json(), metadata or None)
     from google.protobuf import json_format
     from tensorflow_datasets.core import file_adapters
 
