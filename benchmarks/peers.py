@@ -544,24 +544,35 @@ _IMPORTS = {
 # --------------------------------------------------------------------------- one measurement
 
 
-def _cpu_seconds() -> float:
-    """CPU of this process and of every process it started, ended or still running."""
+def _cpu_seconds(at_start: bool) -> float:
+    """CPU of this process and of every process it started, ended or still running.
+
+    The live children are found by a scan of /proc (about 1 ms of CPU): it is
+    done before this process's own CPU is read at the start, after it at the
+    end, so that the measurement leaves it out.
+    """
     # Imported before the clock is read: its first import (10-17 ms) is no peer's cost.
     try:
         import psutil
     except ImportError:
         psutil = None
+
+    def live_children() -> float:
+        total = 0.0
+        if psutil is not None:
+            for child in psutil.Process().children(recursive=True):
+                try:
+                    times = child.cpu_times()
+                except psutil.Error:
+                    continue
+                total += times.user + times.system
+        return total
+
+    live = live_children() if at_start else 0.0
     own = resource.getrusage(resource.RUSAGE_SELF)
     ended = resource.getrusage(resource.RUSAGE_CHILDREN)
     total = own.ru_utime + own.ru_stime + ended.ru_utime + ended.ru_stime
-    if psutil is not None:
-        for child in psutil.Process().children(recursive=True):
-            try:
-                times = child.cpu_times()
-            except psutil.Error:
-                continue
-            total += times.user + times.system
-    return total
+    return total + (live if at_start else live_children())
 
 
 def _disk_bytes(path: str) -> int:
@@ -586,10 +597,10 @@ def child(
     # numpy's OpenBLAS threads spin for about 50 ms after its import: that CPU is
     # not the peer's (a peer with quick imports would otherwise be charged it).
     time.sleep(0.1)
-    cpu0, wall0 = _cpu_seconds(), time.perf_counter()
+    cpu0, wall0 = _cpu_seconds(at_start=True), time.perf_counter()
     loop = RUNNERS[peer](workload, steps, episodes, out)
     wall = time.perf_counter() - wall0
-    cpu = _cpu_seconds() - cpu0
+    cpu = _cpu_seconds(at_start=False) - cpu0
     return {
         "wall": wall,
         "cpu": cpu,

@@ -85,11 +85,16 @@ def pytest_sessionfinish(session):
 
 @pytest.fixture(params=["c", "python"])
 def step_path(request, monkeypatch) -> str:
-    """Runs a test with EnvLogger's C step (skipped where it is not built) and its Python step."""
-    from rlds_writer.record import step_kernel
+    """Runs a test with EnvLogger's C step (skipped where it is not built) and its Python step.
+
+    The Python step is the compiled one from the first step (not after the
+    checked warm-up of `record.appender.COMPILE_AFTER` calls).
+    """
+    from rlds_writer.record import appender, step_kernel
 
     if request.param == "python":
         monkeypatch.setenv(step_kernel.PURE_PYTHON_ENV, "1")
+        monkeypatch.setattr(appender, "COMPILE_AFTER", 0)
     else:
         monkeypatch.delenv(step_kernel.PURE_PYTHON_ENV, raising=False)
         if not step_kernel.available():

@@ -245,11 +245,15 @@ def compile_step_add(
     buffer: Any,
     checked_add: Callable[..., None],
 ) -> Callable[..., None]:
-    """Compiles the step layout into the buffer's per-step `add`.
+    """The step layout's per-step `add` for the buffer, compiled once it is in use.
 
     The function is `add(action, reward, discount, next_observation,
-    step_metadata=None)`, as `EpisodeBuffer.add`. Its `step_body` attribute
-    is the `StepBody` it was made of.
+    step_metadata=None)`, as `EpisodeBuffer.add`. Its first `COMPILE_AFTER`
+    calls go through `checked_add`; then the generated source is compiled
+    and becomes the function's code (the same function object, so whatever
+    holds it gets the compiled step). With `COMPILE_AFTER = 0` it is
+    compiled at once. Its `step_body` attribute is the
+    `StepBody` it is made of, `source` the generated text.
 
     Args:
       groups: argument name (`action`, `reward`, `discount`,
@@ -266,7 +270,6 @@ def compile_step_add(
     tests = ["n", body.test]
     if not body.takes_metadata:
         tests.append("step_metadata is None")
-    names = dict(body.names, _buffer=buffer, _checked=checked_add)
     text = (
         "def add(action, reward, discount, next_observation, step_metadata=None):\n"
         "    n = _buffer.num_steps\n"
@@ -275,11 +278,53 @@ def compile_step_add(
         "    else:\n"
         "        _checked(action, reward, discount, next_observation, step_metadata)\n"
     )
-    add = compile_source(text, names, "add")
+    namespace = dict(body.names, _buffer=buffer, _checked=checked_add)
+    exec(_WARMING_UP, namespace)  # noqa: S102
+    add = namespace["add"]
+    calls = 0
+
+    def compile_now() -> None:
+        exec(_compiled_code(text, "add"), namespace)  # noqa: S102
+        add.__code__ = namespace["add"].__code__  # same globals: `namespace`
+        namespace["add"] = add
+
+    def warm_up(
+        action: Any,
+        reward: Any,
+        discount: Any,
+        next_observation: Any,
+        step_metadata: Any = None,
+    ) -> None:
+        nonlocal calls
+        calls += 1
+        if calls >= COMPILE_AFTER:
+            compile_now()
+        checked_add(action, reward, discount, next_observation, step_metadata)
+
+    namespace["_warm_up"] = warm_up
+    if COMPILE_AFTER <= 0:
+        compile_now()
     add.__doc__ = "Records one transition: `a_t, r_t, d_t` and the observation `o_{t+1}`."
+    add.source = text
     add.step_body = body
     add.buffer = buffer
     return add
 
 
+# Where the C step takes the mid-episode steps, `add` sees one step an episode
+# (the last), so a short recording never pays the compile (0.25-0.35 ms); a
+# Python step loop compiles it after its first steps.
+COMPILE_AFTER = 32
+_WARMING_UP_FILE = "<rlds_writer step add, not compiled yet>"
+_WARMING_UP_TEXT = (
+    "def add(action, reward, discount, next_observation, step_metadata=None):\n"
+    "    _warm_up(action, reward, discount, next_observation, step_metadata)\n"
+)
+linecache.cache[_WARMING_UP_FILE] = (
+    len(_WARMING_UP_TEXT),
+    None,
+    _WARMING_UP_TEXT.splitlines(True),
+    _WARMING_UP_FILE,
+)
+_WARMING_UP = compile(_WARMING_UP_TEXT, _WARMING_UP_FILE, "exec")
 _compiled = itertools.count()

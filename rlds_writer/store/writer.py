@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
+# The default shard format is loaded with the writer's module, as envlogger's
+# Riegeli is with `import envlogger`: a first recording does not pay the import.
+shards.adapter(layout.DEFAULT_FILE_FORMAT)
+
 # Seconds the writer thread waits for more episodes after draining its queue.
 _BATCH_DELAY = 0.005
 # Only after episodes smaller than this: large ones keep the writer busy anyway.

@@ -16,9 +16,16 @@ from helpers_core import assert_same, load_episodes
 
 import rlds_writer
 from rlds_writer.errors import StepValueError
+from rlds_writer.record import appender
 
 # Keys that would break or inject code if they were pasted into the source.
 ODD_KEYS = ("it's", "{v}", 'x"]+__import__("os").getcwd()+["', "a b/c")
+
+
+@pytest.fixture(autouse=True)
+def compiled_from_the_first_call(monkeypatch):
+    """These tests are of the compiled step: no warm-up through the closures."""
+    monkeypatch.setattr(appender, "COMPILE_AFTER", 0)
 
 
 def _config() -> rlds_writer.DatasetConfig:
@@ -184,6 +191,34 @@ def test_the_compiled_step_shows_its_source_to_inspect_and_tracebacks(tmp_path):
     assert any("<rlds_writer step add" in f and "_checked(action, reward" in f for f in frames)
 
 
+def test_the_step_is_compiled_after_its_first_calls_and_records_the_same(tmp_path, monkeypatch):
+    """`add` takes its first `COMPILE_AFTER` steps through the checked closures, then
+    the generated code becomes its own (the same function object, so whatever holds
+    it steps compiled); the dataset is the one compiled from the first step makes."""
+    _record(tmp_path / "compiled_at_once", _exact)
+    monkeypatch.setattr(appender, "COMPILE_AFTER", 4)
+    files = []
+    with rlds_writer.TFDSBackendWriter(str(tmp_path / "warmed_up"), _config()) as backend:
+        for episode in range(2):
+            _, _, _, first, meta = _exact(0)
+            backend.begin_episode(first, meta)
+            (buffer,) = backend.recorder._buffers.values()
+            for t in range(1, 6):
+                files.append(buffer.add.__code__.co_filename)
+                backend.add_step(*_exact(t + 10 * episode))
+            backend.end_episode(terminated=True)
+    # One buffer, reused: compiled at its fourth call, in the first episode.
+    assert files[:4] == ["<rlds_writer step add, not compiled yet>"] * 4
+    assert all(f.startswith("<rlds_writer step add ") for f in files[4:])
+    assert len(set(files[4:])) == 1 and files[4] != files[0]
+
+    def shard_bytes(path):
+        return [p.read_bytes() for p in sorted(path.glob("*.tfrecord-*"))]
+
+    assert shard_bytes(tmp_path / "warmed_up") == shard_bytes(tmp_path / "compiled_at_once")
+    assert len(load_episodes(tmp_path / "warmed_up")) == 2
+
+
 class _ScriptedEnv:
     """A dm_env env whose steps give the scripted (reward, observation) pairs, then end."""
 
@@ -251,12 +286,12 @@ def test_env_logger_steps_through_its_own_compiled_step(tmp_path, step_path):
     step = logged.step
     if step_path == "c":
         assert type(step).__name__ == "StepKernel"
-        step = step.after  # the env's step is the kernel's: the rest is this one
-        assert "_env_step" not in step.source
+        # The kernel takes the mid-episode steps; what it leaves goes the checked way.
+        assert not hasattr(step.after, "source")
     else:
         assert "timestep = _env_step(action)" in step.source
-    assert inspect.getsource(step) == step.source
-    assert ".tobytes())" in step.source  # the observation's append, inlined
+        assert inspect.getsource(step) == step.source
+        assert ".tobytes())" in step.source  # the observation's append, inlined
     actions = [1, 200, 7, 3, 2]
     for action in actions:
         logged.step(action)
