@@ -41,7 +41,8 @@ with PNG, JPEG with JPEG or lossy video):
   (the Open X-Embodiment shape).
 
 Per run: *wall* is from creating the dataset to `close()` returning (all on
-disk); *CPU* is the CPU time of the process and of every process it started
+disk; the env is made before, as a user makes it with or without a recorder,
+except in a cold run); *CPU* is the CPU time of the process and of every process it started
 (image workers included) over the same span; *env thread* is the time the
 loop spends beyond the bare env's loop, per step, before `close()`; *bytes* is
 the size of what is left on disk. Three lengths: **fixed** (create, one 1-step
@@ -190,6 +191,15 @@ def _gym_loop(env: Any, episodes: int, action: Any) -> float:
     return time.perf_counter() - start
 
 
+def _make_env(peer: str, workload: str, steps: int) -> Any:
+    """The env `peer` records: a dm_env or Gymnasium one, or the bare `Rollout`."""
+    if peer in ("envlogger", "ours-dm_env"):
+        return _dm_env(workload, steps)
+    if peer in ("ours", "minari"):
+        return _gym_env(workload, steps)
+    return Rollout(workload, steps)
+
+
 def _bare_loop(peer: str, workload: str, steps: int, episodes: int) -> float:
     if peer in ("envlogger", "ours-dm_env"):  # the dm_env env they record
         return _dm_loop(_dm_env(workload, steps), episodes, 1)
@@ -200,11 +210,11 @@ def _bare_loop(peer: str, workload: str, steps: int, episodes: int) -> float:
 # --------------------------------------------------------------------------- peers
 
 
-def _run_ours(workload: str, steps: int, episodes: int, out: str) -> float:
+def _run_ours(env: Any, workload: str, episodes: int, out: str) -> float:
     from rlds_writer import RecordRLDS
 
     encoding = {"raw84": "bytes", "png84": "png"}.get(workload, "jpeg")
-    env = RecordRLDS(_gym_env(workload, steps), out, name="bench", image_encoding=encoding)
+    env = RecordRLDS(env, out, name="bench", image_encoding=encoding)
     loop = _gym_loop(env, episodes, env.env.rollout.action)
     env.close()
     return loop
@@ -236,7 +246,7 @@ def _tfds_config(workload: str) -> Any:
     )
 
 
-def _run_tfds(workload: str, steps: int, episodes: int, out: str) -> float:
+def _run_tfds(env: Any, workload: str, episodes: int, out: str) -> float:
     """TFDS's own path, as a user (or envlogger's TFDS backend) feeds it: one dict per step."""
     import tensorflow_datasets as tfds
     from tensorflow_datasets.rlds import rlds_base
@@ -251,7 +261,7 @@ def _run_tfds(workload: str, steps: int, episodes: int, out: str) -> float:
     os.makedirs(out, exist_ok=True)
     writer = tfds.core.SequentialWriter(info, max_examples_per_shard=1000)
     writer.initialize_splits(["train"])
-    rollout = Rollout(workload, steps)
+    rollout = env
     zero_action = np.zeros(7, np.float32) if workload == "cams256" else 0
     start = time.perf_counter()
     for _ in range(episodes):
@@ -290,11 +300,11 @@ def _run_tfds(workload: str, steps: int, episodes: int, out: str) -> float:
     return loop
 
 
-def _run_minari(workload: str, steps: int, episodes: int, out: str) -> float:
+def _run_minari(env: Any, workload: str, episodes: int, out: str) -> float:
     os.environ["MINARI_DATASETS_PATH"] = out
     from minari import DataCollector
 
-    gym_env = _gym_env(workload, steps)
+    gym_env = env
     # Minari's default stores image spaces as JPEG; raw frames are its non-default.
     env = DataCollector(gym_env, jpeg_encoding=workload != "raw84")
     loop = _gym_loop(env, episodes, gym_env.rollout.action)
@@ -325,11 +335,11 @@ def _hf_features(workload: str) -> Any:
     )
 
 
-def _run_hf(workload: str, steps: int, episodes: int, out: str) -> float:
+def _run_hf(env: Any, workload: str, episodes: int, out: str) -> float:
     import datasets
 
     datasets.disable_progress_bars()
-    rollout = Rollout(workload, steps)
+    rollout = env
 
     def rows() -> Any:
         for episode in range(episodes):
@@ -401,20 +411,20 @@ def _dm_loop(env: Any, episodes: int, action: Any) -> float:
     return time.perf_counter() - start
 
 
-def _run_ours_dm_env(workload: str, steps: int, episodes: int, out: str) -> float:
+def _run_ours_dm_env(env: Any, workload: str, episodes: int, out: str) -> float:
     import rlds_writer
 
-    env = rlds_writer.EnvLogger(_dm_env(workload, steps), data_directory=out)
+    env = rlds_writer.EnvLogger(env, data_directory=out)
     loop = _dm_loop(env, episodes, 1)
     env.close()
     return loop
 
 
-def _run_envlogger(workload: str, steps: int, episodes: int, out: str) -> float:
+def _run_envlogger(env: Any, workload: str, episodes: int, out: str) -> float:
     import envlogger
 
     os.makedirs(out, exist_ok=True)
-    env = envlogger.EnvLogger(_dm_env(workload, steps), data_directory=out)
+    env = envlogger.EnvLogger(env, data_directory=out)
     loop = _dm_loop(env, episodes, 1)
     env.close()
     return loop
@@ -442,7 +452,7 @@ def _lerobot_features(workload: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def _run_lerobot(workload: str, steps: int, episodes: int, out: str) -> float:
+def _run_lerobot(env: Any, workload: str, episodes: int, out: str) -> float:
     """LeRobot's recording path, as its `record` script drives it: a frame per step."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
@@ -450,7 +460,7 @@ def _run_lerobot(workload: str, steps: int, episodes: int, out: str) -> float:
     dataset = LeRobotDataset.create(
         "bench/rollouts", fps=30, features=features, root=out, use_videos=workload != "png84"
     )
-    rollout = Rollout(workload, steps)
+    rollout = env
     if workload == "cams256":
         action = rollout.action
     else:
@@ -477,8 +487,8 @@ def _run_lerobot(workload: str, steps: int, episodes: int, out: str) -> float:
     return loop
 
 
-def _run_plain(workload: str, steps: int, episodes: int, out: str) -> float:
-    rollout = Rollout(workload, steps)
+def _run_plain(env: Any, workload: str, episodes: int, out: str) -> float:
+    rollout = env
     os.makedirs(out)
     start = time.perf_counter()
     with open(os.path.join(out, "frames.bin"), "wb") as f:
@@ -491,10 +501,11 @@ def _run_plain(workload: str, steps: int, episodes: int, out: str) -> float:
     return time.perf_counter() - start
 
 
-def _run_plain_episode(workload: str, steps: int, episodes: int, out: str) -> float:
-    rollout = Rollout(workload, steps)
+def _run_plain_episode(env: Any, workload: str, episodes: int, out: str) -> float:
+    rollout = env
     frame = rollout.obs[0].nbytes
-    episode = bytearray(frame * (steps + 1))  # reused: only its first episode faults it in
+    # Reused: only its first episode faults it in.
+    episode = bytearray(frame * (rollout.horizon + 1))
     view = memoryview(episode)
     os.makedirs(out)
     start = time.perf_counter()
@@ -594,11 +605,17 @@ def child(
         for module in _IMPORTS[peer]:
             importlib.import_module(module)
         bare = _bare_loop(peer, workload, steps, episodes)
+    # The env is made before the clock: a user makes it with or without a
+    # recorder (a Gymnasium env costs about 0.3 ms more to make than the dm_env
+    # one). A cold run times it too, as it times the imports.
+    env = None if cold else _make_env(peer, workload, steps)
     # numpy's OpenBLAS threads spin for about 50 ms after its import: that CPU is
     # not the peer's (a peer with quick imports would otherwise be charged it).
     time.sleep(0.1)
     cpu0, wall0 = _cpu_seconds(at_start=True), time.perf_counter()
-    loop = RUNNERS[peer](workload, steps, episodes, out)
+    if env is None:
+        env = _make_env(peer, workload, steps)
+    loop = RUNNERS[peer](env, workload, episodes, out)
     wall = time.perf_counter() - wall0
     cpu = _cpu_seconds(at_start=False) - cpu0
     return {
@@ -740,7 +757,8 @@ def report(results: dict, repetitions: int, command: str, quick: bool = False) -
         f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `{command}` on "
         f"{os.cpu_count()} cores, Python {platform.python_version()}. Medians of "
         f"{repetitions} interleaved repetitions, each run in a fresh process "
-        "(imports not timed). Wall: create to `close()` returned; CPU: the process and "
+        "(imports, and making the env, not timed). Wall: create to `close()` returned; "
+        "CPU: the process and "
         "every process it started (image workers included); env thread: what the loop "
         "spends beyond the bare env, per step; bytes: on disk per step. Ratios are the "
         "peer's time over ours (above 1: we are faster). Peers run only the workloads "
