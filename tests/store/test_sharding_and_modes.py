@@ -217,6 +217,34 @@ def test_store_ds_metadata_false_writes_no_metadata_json(tmp_path):
     assert len(load_episodes(tmp_path)) == 1
 
 
+def test_env_logger_on_a_directory_stores_specs_and_metadata_and_keeps_old_keys_on_append(
+    tmp_path,
+):
+    """`EnvLogger(data_directory=...)` has `metadata.json` (its specs, the user's
+    metadata and `ds_metadata`) from its creation on; on append the keys earlier
+    runs wrote stay; `store_ds_metadata=False` writes none."""
+
+    def record(path, **kwargs):
+        env = Catch(rows=3, columns=3, seed=0)
+        with rlds_writer.EnvLogger(env, data_directory=str(path), **kwargs) as logged:
+            first = _json(path, "metadata.json") if os.path.exists(path / "metadata.json") else None
+            logged.reset()
+            logged.step(0)
+        return first
+
+    first = record(tmp_path / "d", metadata={"agent": "random"}, ds_metadata={"run": 1})
+    assert first["agent"] == "random" and first["run"] == 1
+    assert first["env_specs"]["action_spec"]["num_values"] == 3
+    assert _json(tmp_path / "d", "metadata.json") == first  # not rewritten after
+    record(tmp_path / "d", metadata={"agent": "greedy"}, mode="append")
+    again = _json(tmp_path / "d", "metadata.json")
+    assert again == {**first, "agent": "greedy"}  # `run` kept from the first run
+    assert len(load_episodes(tmp_path / "d")) == 2
+    record(tmp_path / "none", metadata={"agent": "random"}, store_ds_metadata=False)
+    assert "metadata.json" not in _files(tmp_path / "none")
+    assert len(load_episodes(tmp_path / "none")) == 1
+
+
 def test_existing_dataset_without_mode_raises_and_is_left_untouched(tmp_path):
     write_with_rlds_writer(tmp_path, _config(), _episodes(2), max_episodes_per_file=1)
     before = {name: (tmp_path / name).read_bytes() for name in _files(tmp_path)}
