@@ -15,6 +15,9 @@ discount, step metadata):
   appends them. Any value that fails a test goes to the closures above,
   which record it the same way or refuse it. Only generated names (`_c0`,
   `_c1`, ...) appear in the source; keys and field names are bound as values.
+  The function takes its first `COMPILE_AFTER` steps through the closures and
+  is compiled then (where the C step takes the mid-episode steps, it is
+  called only at an episode's last step).
 
 It pays: `benchmarks/step_paths.py` (the same recording with the checked
 closures as the buffer's `add`, interleaved) measures the env thread's CPU per
@@ -312,8 +315,8 @@ def compile_step_add(
 
 
 # Where the C step takes the mid-episode steps, `add` sees one step an episode
-# (the last), so a short recording never pays the compile (0.25-0.35 ms); a
-# Python step loop compiles it after its first steps.
+# (the last), so a recording of fewer episodes than this pays no compile
+# (0.25-0.35 ms); a Python step loop compiles it after its first steps.
 COMPILE_AFTER = 32
 _WARMING_UP_FILE = "<rlds_writer step add, not compiled yet>"
 _WARMING_UP_TEXT = (

@@ -97,7 +97,7 @@ class EnvLogger(dm_env.Environment):
         self._add = backend.add_step
         if self._plain and type(self).step is EnvLogger.step:
             # The first episode's step is made now, not at the first reset, which
-            # would pay its compile and the C step's load (~0.5 ms).
+            # would pay making it (the C step, or the Python step's compile).
             for add in backend.recorder.prepared_adders():
                 self._mid_episode_step(add)
 
