@@ -191,9 +191,14 @@ def _gym_loop(env: Any, episodes: int, action: Any) -> float:
     return time.perf_counter() - start
 
 
+# The peers that record a dm_env env; the Gymnasium recorders' and the others' bare
+# loop is the Gymnasium env's.
+_DM_ENV_PEERS = ("envlogger", "ours-dm_env")
+
+
 def _make_env(peer: str, workload: str, steps: int) -> Any:
     """The env `peer` records: a dm_env or Gymnasium one, or the bare `Rollout`."""
-    if peer in ("envlogger", "ours-dm_env"):
+    if peer in _DM_ENV_PEERS:
         return _dm_env(workload, steps)
     if peer in ("ours", "minari"):
         return _gym_env(workload, steps)
@@ -201,7 +206,7 @@ def _make_env(peer: str, workload: str, steps: int) -> Any:
 
 
 def _bare_loop(peer: str, workload: str, steps: int, episodes: int) -> float:
-    if peer in ("envlogger", "ours-dm_env"):  # the dm_env env they record
+    if peer in _DM_ENV_PEERS:
         return _dm_loop(_dm_env(workload, steps), episodes, 1)
     env = _gym_env(workload, steps)
     return _gym_loop(env, episodes, env.rollout.action)
