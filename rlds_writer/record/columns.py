@@ -103,7 +103,8 @@ class _ScalarColumn:
     """A scalar numeric field: a list of Python/numpy scalars, cast at episode end."""
 
     __slots__ = (
-        "field", "dtype", "items", "_fast", "append", "_pack", "_packed_type", "_ints",
+        "field", "dtype", "items", "_fast", "_range", "append", "_pack", "_packed_type",
+        "_ints",
     )  # fmt: skip
 
     def __init__(self, field: field_specs.FieldSpec):
@@ -111,6 +112,7 @@ class _ScalarColumn:
         self.dtype = field.dtype
         self.items: list[Any] = []
         self._fast = _fast_scalar_types(self.dtype)
+        self._range = _int_range(self.dtype)  # (lo, hi) of an integer column, else None
         self.append = self._make_append()
         code = _STRUCT_CODES.get(self.dtype)
         self._pack = _struct_packer(code) if code else None
@@ -125,7 +127,7 @@ class _ScalarColumn:
         field = self.field
         # A Python int is unbounded: check the dtype's range here, at the step,
         # not when the episode ends (that would drop the whole episode).
-        lo, hi = _int_range(self.dtype) or (None, None)
+        lo, hi = self._range or (None, None)
         bounded = lo is not None
 
         def append(value: Any) -> None:
@@ -142,7 +144,7 @@ class _ScalarColumn:
         return append
 
     def inline_names(self) -> dict[str, Any]:
-        if _int_range(self.dtype):
+        if self._range:
             return {"others": self._fast - {int}, "push": self.items.append}
         return {"types": self._fast, "push": self.items.append}
 
@@ -154,14 +156,14 @@ class _ScalarColumn:
 
     def kernel_leaf(self) -> tuple:
         """The same test and append for the C step (`record.step_kernel`)."""
-        if _int_range(self.dtype):
+        if self._range:
             others = frozenset(self._fast - {int})
             return ("int", self.items, others, False, self.dtype, (), 0)
         return ("scalar", self.items, frozenset(self._fast), float in self._fast, None, (), 0)
 
     def inline_source(self) -> tuple[str, str]:
         """The test and the append of `record.appender.compile_step_add` (same as `append`)."""
-        bounds = _int_range(self.dtype)
+        bounds = self._range
         if bounds:
             # A Python int first (the common action), with one type test.
             test = f"type({{v}}) is int and {bounds[0]} <= {{v}} <= {bounds[1]}"
