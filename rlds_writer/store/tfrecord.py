@@ -41,6 +41,11 @@ FRAMING = HEADER_SIZE + FOOTER_SIZE
 # Every record TFDS writes is a tf.train.Example, whose first byte is the tag of
 # its `features` field; resynchronisation only tries offsets followed by it.
 _EXAMPLE_TAG = b"\x0a"
+# The tails a writer killed while it wrote ahead leaves (`tfrecord_shards`):
+# zeros after its last record, or a record torn by the kill followed by zeros.
+ZEROS_AHEAD = "zeros written ahead of the next record (the shard was never closed)"
+TORN_INTO_ZEROS = "record torn by a crash (zeros written ahead follow it)"
+CRASH_TAILS = (ZEROS_AHEAD, TORN_INTO_ZEROS)
 
 
 def _mask(crc: int) -> int:
@@ -310,15 +315,33 @@ def _scan(buf: Any, size: int, verify_data: bool, resync: bool) -> Scan:
             offset = nxt
             continue
         if nxt >= 0:  # header fine, data damaged: the next record is known
+            if nxt < size and _all_zeros(buf, nxt, size):
+                # Killed while writing it into space written ahead: a crash's tail.
+                return Scan(spans, size, TORN_INTO_ZEROS, offset, dropped)
             dropped.append((offset, nxt - offset, problem))
             offset = nxt
             continue
         found = _next_record(buf, read_at, offset + 1, size) if resync else None
         if found is None:
+            if _all_zeros(buf, offset, size):
+                problem = ZEROS_AHEAD
             return Scan(spans, size, problem, offset, dropped)
         dropped.append((offset, found - offset, problem))
         offset = found
     return Scan(spans, size, None, size, dropped)
+
+
+def _all_zeros(buf: Any, start: int, end: int) -> bool:
+    """True if `buf[start:end]` holds zero bytes only (read 1 MiB at a time)."""
+    while start < end:
+        chunk = buf[start : min(end, start + _ZERO_CHUNK)]
+        if not chunk or chunk.count(0) != len(chunk):
+            return False
+        start += len(chunk)
+    return True
+
+
+_ZERO_CHUNK = 1 << 20
 
 
 def _read_frame(read_at: Any, offset: int, file_size: int) -> tuple[int, int, str | None]:
