@@ -147,15 +147,22 @@ def record_forever(
     step_pause: float = 0.0005,
     max_episodes: int | None = None,
     slow_io: float = 0.0,
+    write_ahead_from: int | None = None,
 ) -> None:
     """Appends episodes first_id, first_id + 1, ... to `directory` until killed.
 
     Flushes after a random number of episodes (0-3) and reports each flush.
     With `slow_io` > 0, every record write stops half-way and every commit
     before its rename for that many seconds, announced in the report
-    (`_slow_down_io`), so that kills can land inside them.
+    (`_slow_down_io`), so that kills can land inside them. `write_ahead_from`
+    sets how much a tfrecord shard holds before it writes zeros ahead of its
+    records (these episodes are small: 0 makes every record land in zeros).
     """
     import rlds_writer
+    from rlds_writer.store import tfrecord_shards
+
+    if write_ahead_from is not None:
+        tfrecord_shards.WRITE_AHEAD_FROM = write_ahead_from
 
     fd = os.open(report_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     if slow_io:

@@ -56,7 +56,14 @@ _WHEN = (
 )
 
 
-def _kill_loop(ctx: Any, tmp_path: Any, file_format: str, kills: int, seed: int) -> None:
+def _kill_loop(
+    ctx: Any,
+    tmp_path: Any,
+    file_format: str,
+    kills: int,
+    seed: int,
+    write_ahead_from: int | None = None,
+) -> collections.Counter:
     directory = tmp_path / "dataset"
     rng = random.Random(seed)
     stats: collections.Counter = collections.Counter()
@@ -72,6 +79,7 @@ def _kill_loop(ctx: Any, tmp_path: Any, file_format: str, kills: int, seed: int)
                 "seed": seed * 1000 + kill,
                 # Slow, announced writes and commits to kill inside them.
                 "slow_io": 0.03 if when.startswith("mid") else 0.0,
+                "write_ahead_from": write_ahead_from,
             },
         )
         process.start()
@@ -133,11 +141,24 @@ def _kill_loop(ctx: Any, tmp_path: Any, file_format: str, kills: int, seed: int)
     print(f"\n{file_format}: {kills} kills, {present} episodes survived; {dict(stats)}")
     assert present > 0
     assert stats["recover changed something"] > 0
+    return stats
 
 
 @pytest.mark.slow
 def test_sigkill_at_random_moments_loses_no_flushed_tfrecord_episode(forkserver, tmp_path):
     _kill_loop(forkserver, tmp_path, "tfrecord", kills=32, seed=1)
+
+
+@pytest.mark.slow
+def test_sigkill_while_records_go_into_zeros_written_ahead_loses_nothing_and_keeps_nothing_aside(
+    forkserver, tmp_path
+):
+    # Every record lands in zeros written ahead: a kill leaves them after the
+    # last record or after a torn one, which recover cuts like any crash tail.
+    stats = _kill_loop(forkserver, tmp_path, "tfrecord", kills=12, seed=3, write_ahead_from=0)
+    assert stats["recover: truncated"] > 0
+    assert not stats["recover: rewritten"] and not stats["recover: quarantined"], stats
+    assert not any(".corrupt-" in p.name for p in (tmp_path / "dataset").iterdir())
 
 
 @pytest.mark.slow

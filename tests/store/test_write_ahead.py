@@ -1,0 +1,213 @@
+"""Small records go into zeros written ahead of them; nothing else changes.
+
+A tfrecord shard holding `WRITE_AHEAD_FROM` bytes writes zeros past its next
+record, so the record lands in page-cache pages that exist already. While the
+shard is open the zeros sit after its last record; `close` cuts them, so a
+closed (listed) shard is byte for byte what it would be without them. A
+process killed meanwhile leaves them, or a record torn into them, as its
+crash tail: the scan names it and `recover` cuts it, keeping every record.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from etils import epath
+from helpers_core import load_episodes
+
+import rlds_writer
+from rlds_writer.envs import Catch
+from rlds_writer.store import tfrecord, tfrecord_shards
+
+PAGE = 4096
+
+
+def _record(directory, episodes: int, **kwargs) -> None:
+    with rlds_writer.EnvLogger(
+        Catch(rows=40, seed=0), data_directory=os.fspath(directory), **kwargs
+    ) as env:
+        for _ in range(episodes):
+            timestep = env.reset()
+            while not timestep.last():
+                timestep = env.step(1)
+
+
+def _shards(directory) -> dict[str, bytes]:
+    return {
+        p.name: p.read_bytes() for p in epath.Path(directory).iterdir() if ".tfrecord-" in p.name
+    }
+
+
+def _records_end(path) -> int:
+    return tfrecord.scan(path).kept_end
+
+
+def test_an_open_shard_has_zeros_after_its_records_and_close_cuts_them(tmp_path):
+    path = tmp_path / "shard.tfrecord"
+    writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
+    record = b"\x0a" + bytes(range(256)) * 40  # 10 KB
+    sizes = []
+    for _ in range(20):
+        writer.write(record)
+        sizes.append(os.path.getsize(path))
+    written = 20 * (len(record) + tfrecord.FRAMING)
+    assert sizes[-1] > written  # zeros ahead of the next record
+    with open(path, "rb") as f:
+        f.seek(written)
+        assert f.read().count(0) == sizes[-1] - written
+    # Nothing ahead before the shard held WRITE_AHEAD_FROM bytes.
+    first = (tfrecord_shards.WRITE_AHEAD_FROM // (len(record) + tfrecord.FRAMING)) + 1
+    assert sizes[: first - 1] == [(i + 1) * (len(record) + 16) for i in range(first - 1)]
+    writer.close()
+    assert os.path.getsize(path) == written
+    assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 20
+
+
+def test_a_recording_with_zeros_written_ahead_is_byte_identical_and_loads(tmp_path, monkeypatch):
+    written_ahead = []
+    real_pwrite = os.pwrite
+
+    def pwrite(fd, data, offset):
+        written_ahead.append(len(data))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    _record(tmp_path / "ahead", 120)
+    assert sum(written_ahead) > 1 << 20
+    monkeypatch.setattr(tfrecord_shards, "WRITE_AHEAD_FROM", 1 << 62)
+    _record(tmp_path / "plain", 120)
+    ahead, plain = _shards(tmp_path / "ahead"), _shards(tmp_path / "plain")
+    assert ahead == plain
+    assert len(load_episodes(tmp_path / "ahead", "train")) == 120
+
+
+def test_nothing_is_written_ahead_with_fsync_or_for_large_records(tmp_path):
+    for name, record, fsync in (
+        ("fsync", b"\x0a" + bytes(2000), True),
+        ("large", b"\x0a" + bytes(tfrecord_shards.WRITE_AHEAD_RECORD), False),
+    ):
+        path = tmp_path / name
+        writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path), fsync=fsync)
+        for i in range(60):
+            writer.write(record)
+            assert os.path.getsize(path) == (i + 1) * (len(record) + tfrecord.FRAMING), name
+        writer.close()
+
+
+def _frames(n: int, size: int = 3000) -> bytes:
+    return b"".join(tfrecord.frame(b"\x0a" + bytes([i]) * size) for i in range(n))
+
+
+def test_the_scan_reads_zeros_after_the_last_record_as_the_tail_a_kill_leaves(tmp_path):
+    path = tmp_path / "shard"
+    path.write_bytes(_frames(3) + bytes(70_000))
+    scan = tfrecord.scan(path, resync=True)
+    assert len(scan.spans) == 3 and not scan.dropped
+    assert (scan.tail_problem, scan.tail_offset) == (tfrecord.ZEROS_AHEAD, len(_frames(3)))
+
+
+def test_the_scan_reads_a_record_torn_into_zeros_as_the_tail_a_kill_leaves(tmp_path):
+    path = tmp_path / "shard"
+    torn = tfrecord.frame(b"\x0a" + b"\x07" * 9000)
+    path.write_bytes(_frames(3) + torn[:PAGE] + bytes(70_000))
+    scan = tfrecord.scan(path, resync=True)
+    assert len(scan.spans) == 3 and not scan.dropped
+    assert (scan.tail_problem, scan.tail_offset) == (tfrecord.TORN_INTO_ZEROS, len(_frames(3)))
+
+
+def test_damage_followed_by_anything_but_zeros_is_still_damage(tmp_path):
+    # A bad record in the middle, and a bad last record with no zeros after it.
+    good = _frames(2)
+    bad = bytearray(tfrecord.frame(b"\x0a" + b"\x05" * 3000))
+    bad[100] ^= 1
+    for data, dropped_at in (
+        (good + bytes(bad) + good, len(good)),
+        (good + bytes(bad), len(good)),
+        (good + bytes(bad) + bytes(5) + b"\x01", len(good)),
+    ):
+        path = tmp_path / "shard"
+        path.write_bytes(data)
+        scan = tfrecord.scan(path, resync=True)
+        assert [offset for offset, _, _ in scan.dropped] == [dropped_at]
+        assert scan.tail_problem not in tfrecord.CRASH_TAILS
+
+
+def _kill_after(directory, episodes: int) -> None:
+    """Records `episodes` episodes in a child process, then kills it with SIGKILL."""
+    code = textwrap.dedent(
+        f"""
+        import os, sys, time
+        import rlds_writer
+        from rlds_writer.envs import Catch
+        env = rlds_writer.EnvLogger(
+            Catch(rows=40, seed=0), data_directory={os.fspath(directory)!r},
+            commit_interval=3600,
+        )
+        for _ in range({episodes}):
+            timestep = env.reset()
+            while not timestep.last():
+                timestep = env.step(1)
+        print("recorded", flush=True)
+        time.sleep(120)
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "recorded"
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        child.kill()
+
+
+def test_a_writer_killed_with_zeros_ahead_loses_no_episode_and_recover_cuts_the_zeros(tmp_path):
+    directory = tmp_path / "ds"
+    _kill_after(directory, 60)
+    (shard,) = [p for p in directory.iterdir() if ".tfrecord-" in p.name]
+    end = _records_end(shard)
+    assert os.path.getsize(shard) > end  # the kill left the zeros
+    report = rlds_writer.recover(directory)
+    (shard_report,) = report.shards
+    assert "truncated" in shard_report.actions
+    assert any(tfrecord.ZEROS_AHEAD in line for line in shard_report.detail)
+    assert os.path.getsize(shard) == end
+    assert not [p for p in directory.iterdir() if p.name.startswith(".corrupt-")]
+    assert len(load_episodes(directory, "train")) == 60
+    assert not rlds_writer.recover(directory).changed
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", os.fspath(mount_point)],
+        capture_output=True,
+    )
+    if done.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", os.fspath(mount_point)], check=False)
+
+
+def test_a_disk_too_full_for_the_zeros_stops_writing_ahead_and_loses_nothing(small_disk):
+    # Room for the records but not for the zeros they would be written into.
+    filler = small_disk / "filler"
+    with open(filler, "wb") as f:
+        f.write(bytes(2 * 1024 * 1024 - 40 * PAGE))
+    path = small_disk / "shard"
+    writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
+    record = b"\x0a" + bytes(range(256)) * 40
+    frame = len(record) + tfrecord.FRAMING
+    for i in range(12):  # 12 x 10 KB: fits, the zeros would not
+        writer.write(record)
+        assert os.path.getsize(path) == (i + 1) * frame
+    writer.close()
+    assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 12
