@@ -81,12 +81,13 @@ _EXTRAS["test"] = [
 
 
 def _extensions() -> list[Extension]:
-    """The recorders' C step (rlds_writer/record/step_kernel.py) and the SSE4.2
-    CRC-32C (rlds_writer/store/tfrecord.py), both optional.
+    """The recorders' C step (rlds_writer/record/step_kernel.py), the SSE4.2
+    CRC-32C (rlds_writer/store/tfrecord.py) and the thread that writes zeros
+    ahead of a shard's records (rlds_writer/store/tfrecord_shards.py), all optional.
 
     Without a C compiler the build warns and goes on: the package records with
-    its Python step and google_crc32c. RLDS_WRITER_PURE_PYTHON=1 builds none (a
-    pure wheel).
+    its Python step, google_crc32c, and zeros written on the recording thread.
+    RLDS_WRITER_PURE_PYTHON=1 builds none (a pure wheel).
     """
     if os.environ.get("RLDS_WRITER_PURE_PYTHON", "") not in ("", "0"):
         return []
@@ -102,6 +103,9 @@ def _extensions() -> list[Extension]:
             optional=True,
         ),
         Extension("rlds_writer.store._crc32c", ["rlds_writer/store/_crc32c.c"], optional=True),
+        Extension(
+            "rlds_writer.store._zero_ahead", ["rlds_writer/store/_zero_ahead.c"], optional=True
+        ),
     ]
 
 

@@ -159,10 +159,10 @@ def record_forever(
     records (these episodes are small: 0 makes every record land in zeros).
     """
     import rlds_writer
-    from rlds_writer.store import tfrecord_shards
+    from rlds_writer.store import write_ahead
 
     if write_ahead_from is not None:
-        tfrecord_shards.WRITE_AHEAD_FROM = write_ahead_from
+        write_ahead.WRITE_AHEAD_FROM = write_ahead_from
 
     fd = os.open(report_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     if slow_io:

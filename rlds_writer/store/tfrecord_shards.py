@@ -2,8 +2,8 @@
 
 Written unbuffered (each record has reached the OS when its write returns,
 in one `writev` or, past 1 MiB, several: `storage.writev_all`; so an episode
-is durable when it ends; small records go into space written ahead as zeros,
-cut off at close), walked and checked by `store.tfrecord`'s scan (length and
+is durable when it ends; small records go into zeros written ahead of them,
+`store.write_ahead`, cut off at close), walked and checked by `store.tfrecord`'s scan (length and
 data CRCs, resynchronising after a damaged header), repaired by rewriting the
 good records or cutting a crash's torn tail (zeros written ahead included),
 and read at random through `store.tfrecord_reader.TFRecordShard` (an index of
@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from rlds_writer.store import file_io, layout, storage, tfrecord
+from rlds_writer.store import file_io, layout, storage, tfrecord, write_ahead
 from rlds_writer.store.object_path import as_path
 from rlds_writer.store.shard_format import (
     FileFormat,
@@ -30,28 +30,14 @@ from rlds_writer.store.shard_format import (
 if TYPE_CHECKING:
     from etils import epath
 
-# Space written ahead. Linux sizes a write's new page-cache folios to the
-# write, so a 20 KB record appended to fresh space cost 11.5-13.3 µs on ext4
-# and 3.6 µs when it lands in zeros written ahead in 1 MiB pieces (which cost
-# about 4 µs per 20 KB themselves; benchmarks/REPORT.md). Records of
-# `WRITE_AHEAD_RECORD` bytes and more gain nothing; a shard holding less than
-# `WRITE_AHEAD_FROM` writes nothing ahead (a short recording stays as cheap).
-WRITE_AHEAD_FROM = 64 << 10
-WRITE_AHEAD_RECORD = 64 << 10
-_AHEAD_STEP = 64 << 10  # zeros end on this boundary: whole large folios
-_zeros: memoryview | None = None
-
 
 class TFRecordShardWriter:
     """A TFRecord shard. Locally unbuffered: each record has reached the OS when
     `write` returns, so a written record is already flushed.
 
-    Small records are written into zeros written ahead of them (see
-    `WRITE_AHEAD_FROM`; not with `fsync`, nor on object storage); `close`
-    cuts the zeros off, so a closed shard holds its records only. A process
-    killed while writing leaves them after its last record, or after the
-    record it was writing, where `store.tfrecord.scan` reports them as the
-    crash's tail (`recover` cuts it).
+    Small records are written into zeros written ahead of them
+    (`store.write_ahead`; not with `fsync`, nor on object storage); `close`
+    cuts the zeros off, so a closed shard holds its records only.
 
     Args:
       path: the new shard's path (must not exist; never a link).
@@ -68,13 +54,16 @@ class TFRecordShardWriter:
         self._fd: int | None = None
         self._f: Any = None
         self._end = 0  # where the records end
-        self._ahead = 0  # where the zeros written ahead end (0: none)
-        self._writes_ahead = not fsync  # an fsync would write the zeros to disk
+        self._ahead: write_ahead.WriteAhead | None = None
+        self._check_at = write_ahead.NEVER  # the next record ending past it calls `before`
         if file_io.is_local(path):
             # O_EXCL also refuses a symbolic link planted under the shard's name.
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             if fsync:  # make the new directory entry durable too
                 file_io.fsync_directory(path.parent)
+            else:  # (an fsync would write the zeros to disk too)
+                self._ahead = write_ahead.WriteAhead(self._fd)
+                self._check_at = 0
         else:
             # An object store: the shard is uploaded whole when it closes.
             self._f = storage.storage_for(path).open_shard_sink(os.fspath(path))
@@ -86,42 +75,14 @@ class TFRecordShardWriter:
         if self._fd is not None:
             total = len(header) + length + len(footer)
             end = self._end + total
-            if end >= self._ahead and self._writes_ahead:
-                self._write_ahead(end)
+            if end > self._check_at:
+                self._check_at = self._ahead.before(self._end, end)
             storage.writev_all(self._fd, [header, *parts, footer], total)
             self._end = end
         else:
             self._f.write_parts([header, *parts, footer])
         self.num_records += 1
         self.num_bytes += length
-
-    def _write_ahead(self, end: int) -> None:
-        """Writes zeros past `end`, where the next record will end, if it pays."""
-        global _zeros
-        if self._end < WRITE_AHEAD_FROM or end - self._end >= WRITE_AHEAD_RECORD:
-            return
-        start = max(self._ahead, self._end)
-        # As much ahead as the shard holds, up to 1 MiB, past the next record's
-        # end: a record always ends inside the zeros, never at their end.
-        size = min(self._end, storage.WRITE_CALL_BYTES)
-        stop = (end + size) // _AHEAD_STEP * _AHEAD_STEP + _AHEAD_STEP
-        if _zeros is None:
-            _zeros = memoryview(bytes(storage.WRITE_CALL_BYTES + 2 * _AHEAD_STEP))
-        try:
-            while start < stop:
-                start += os.pwrite(self._fd, _zeros[: stop - start], start)
-        except OSError:
-            # A full disk (or any other refusal) ends writing ahead; the record
-            # itself is written as without it, and reports its own error.
-            self._writes_ahead = False
-            try:
-                os.ftruncate(self._fd, self._end)
-            except OSError:
-                self._ahead = max(self._ahead, start)  # close() cuts them then
-            else:
-                self._ahead = 0
-            return
-        self._ahead = stop
 
     def flush(self) -> None:
         """Hands everything written so far to the OS (and to the disk with fsync)."""
@@ -136,8 +97,8 @@ class TFRecordShardWriter:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             try:
-                if self._ahead > self._end:  # a listed shard holds its records only
-                    os.ftruncate(fd, self._end)
+                if self._ahead is not None:  # a listed shard holds its records only
+                    self._ahead.cut(self._end)
             finally:
                 os.close(fd)
         else:

@@ -163,7 +163,7 @@ def test_the_release_passes_twine_check_and_declares_version_license_and_classif
         300,
     )
     version = rlds_writer.__version__
-    # The C extensions (the recorders' step, CRC-32C) make the wheel this
+    # The C extensions (the recorders' step, CRC-32C, zeros ahead) make the wheel this
     # interpreter's and platform's (the machine that builds the release has a
     # C compiler).
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
@@ -173,6 +173,7 @@ def test_the_release_passes_twine_check_and_declares_version_license_and_classif
         names = whl.namelist()
     assert any(n.startswith("rlds_writer/record/_step_kernel.") for n in names), names
     assert any(n.startswith("rlds_writer/store/_crc32c.") for n in names), names
+    assert any(n.startswith("rlds_writer/store/_zero_ahead.") for n in names), names
     assert f"\nVersion: {version}\n" in metadata
     assert "\nLicense-Expression: Apache-2.0\n" in metadata
     assert "\nLicense-File: LICENSE\n" in metadata
@@ -195,6 +196,7 @@ def test_the_release_passes_twine_check_and_declares_version_license_and_classif
         "docs/architecture.md",
         "rlds_writer/record/_step_kernel.c",
         "rlds_writer/store/_crc32c.c",
+        "rlds_writer/store/_zero_ahead.c",
     ):
         assert name in members, name
     assert "Apache License" in (_ROOT / "LICENSE").read_text()

@@ -11,10 +11,12 @@ crash tail: the scan names it and `recover` cuts it, keeping every record.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from etils import epath
@@ -22,9 +24,26 @@ from helpers_core import load_episodes
 
 import rlds_writer
 from rlds_writer.envs import Catch
-from rlds_writer.store import tfrecord, tfrecord_shards
+from rlds_writer.store import tfrecord, tfrecord_shards, write_ahead
 
 PAGE = 4096
+
+
+@pytest.fixture(params=["thread", "here"])
+def zeros_on(request, monkeypatch):
+    """Zeros written by the C extension's thread, or on the recording thread."""
+    if request.param == "thread" and write_ahead.ZeroAhead is None:
+        pytest.skip("the _zero_ahead extension is not built")
+    if request.param == "here":
+        monkeypatch.setattr(write_ahead, "ZeroAhead", None)
+    return request.param
+
+
+def _wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
 
 
 def _record(directory, episodes: int, **kwargs) -> None:
@@ -47,39 +66,43 @@ def _records_end(path) -> int:
     return tfrecord.scan(path).kept_end
 
 
-def test_an_open_shard_has_zeros_after_its_records_and_close_cuts_them(tmp_path):
+def test_an_open_shard_has_zeros_after_its_records_and_close_cuts_them(tmp_path, zeros_on):
     path = tmp_path / "shard.tfrecord"
     writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
     record = b"\x0a" + bytes(range(256)) * 40  # 10 KB
+    frame = len(record) + tfrecord.FRAMING
     sizes = []
     for _ in range(20):
         writer.write(record)
         sizes.append(os.path.getsize(path))
-    written = 20 * (len(record) + tfrecord.FRAMING)
-    assert sizes[-1] > written  # zeros ahead of the next record
+    written = 20 * frame
+    # Nothing ahead before the shard held WRITE_AHEAD_FROM bytes.
+    first = write_ahead.WRITE_AHEAD_FROM // frame + 1
+    assert sizes[:first] == [(i + 1) * frame for i in range(first)]
+    _wait_for(lambda: os.path.getsize(path) > written)  # zeros ahead of the next record
+    size = os.path.getsize(path)
     with open(path, "rb") as f:
         f.seek(written)
-        assert f.read().count(0) == sizes[-1] - written
-    # Nothing ahead before the shard held WRITE_AHEAD_FROM bytes.
-    first = (tfrecord_shards.WRITE_AHEAD_FROM // (len(record) + tfrecord.FRAMING)) + 1
-    assert sizes[: first - 1] == [(i + 1) * (len(record) + 16) for i in range(first - 1)]
+        assert f.read().count(0) == size - written
     writer.close()
     assert os.path.getsize(path) == written
     assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 20
 
 
-def test_a_recording_with_zeros_written_ahead_is_byte_identical_and_loads(tmp_path, monkeypatch):
-    written_ahead = []
-    real_pwrite = os.pwrite
+def test_a_recording_with_zeros_written_ahead_is_byte_identical_and_loads(
+    tmp_path, monkeypatch, zeros_on
+):
+    zeros_cut = []
+    real_cut = write_ahead.WriteAhead.cut
 
-    def pwrite(fd, data, offset):
-        written_ahead.append(len(data))
-        return real_pwrite(fd, data, offset)
+    def cut(self, end):
+        zeros_cut.append(os.fstat(self._fd).st_size - end)
+        real_cut(self, end)
 
-    monkeypatch.setattr(os, "pwrite", pwrite)
+    monkeypatch.setattr(write_ahead.WriteAhead, "cut", cut)
     _record(tmp_path / "ahead", 120)
-    assert sum(written_ahead) > 1 << 20
-    monkeypatch.setattr(tfrecord_shards, "WRITE_AHEAD_FROM", 1 << 62)
+    assert max(zeros_cut) > 0
+    monkeypatch.setattr(write_ahead, "WRITE_AHEAD_FROM", 1 << 62)
     _record(tmp_path / "plain", 120)
     ahead, plain = _shards(tmp_path / "ahead"), _shards(tmp_path / "plain")
     assert ahead == plain
@@ -89,7 +112,7 @@ def test_a_recording_with_zeros_written_ahead_is_byte_identical_and_loads(tmp_pa
 def test_nothing_is_written_ahead_with_fsync_or_for_large_records(tmp_path):
     for name, record, fsync in (
         ("fsync", b"\x0a" + bytes(2000), True),
-        ("large", b"\x0a" + bytes(tfrecord_shards.WRITE_AHEAD_RECORD), False),
+        ("large", b"\x0a" + bytes(write_ahead.WRITE_AHEAD_RECORD), False),
     ):
         path = tmp_path / name
         writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path), fsync=fsync)
@@ -197,8 +220,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", os.fspath(mount_point)], check=False)
 
 
-def test_a_disk_too_full_for_the_zeros_stops_writing_ahead_and_loses_nothing(small_disk):
-    # Room for the records but not for the zeros they would be written into.
+def test_a_disk_too_full_for_the_zeros_stops_writing_ahead_and_loses_nothing(small_disk, zeros_on):
     filler = small_disk / "filler"
     with open(filler, "wb") as f:
         f.write(bytes(2 * 1024 * 1024 - 40 * PAGE))
@@ -206,8 +228,68 @@ def test_a_disk_too_full_for_the_zeros_stops_writing_ahead_and_loses_nothing(sma
     writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
     record = b"\x0a" + bytes(range(256)) * 40
     frame = len(record) + tfrecord.FRAMING
-    for i in range(12):  # 12 x 10 KB: fits, the zeros would not
+    for _ in range(10):  # past WRITE_AHEAD_FROM: the zeros fill the disk
         writer.write(record)
-        assert os.path.getsize(path) == (i + 1) * frame
+    if zeros_on == "thread":
+        _wait_for(lambda: os.statvfs(small_disk).f_bavail == 0)
+        for _ in range(4):  # records into the zeros: the thread wants more, and fails
+            writer.write(record)
+        time.sleep(0.1)
+    os.truncate(filler, 0)  # room for the records, which go past the zeros
+    while writer.num_records < 30:
+        writer.write(record)
+    assert writer._check_at == write_ahead.NEVER  # writing ahead stopped at the failure
     writer.close()
-    assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 12
+    assert os.path.getsize(path) == 30 * frame
+    assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 30
+
+
+@pytest.mark.skipif(write_ahead.ZeroAhead is None, reason="the _zero_ahead extension is not built")
+def test_the_thread_never_writes_zeros_over_a_record_that_outran_them(tmp_path):
+    # Records of up to 600 KB written as fast as possible: they often end past
+    # the zeros (1 MiB ahead at most), so each claims its bytes from the thread.
+    rng = random.Random(0)
+    path = tmp_path / "file"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    expected = bytearray()
+    zeros = write_ahead.ZeroAhead(fd, 0, 1 << 20)
+    check_at = 0
+    for i in range(400):
+        record = bytes([i % 251 + 1]) * rng.randint(1, 600_000)
+        end = len(expected) + len(record)
+        if end > check_at:
+            check_at = zeros.advance(end)
+        assert os.write(fd, record) == len(record)
+        expected += record
+    zeros.close()
+    size = os.path.getsize(path)
+    os.close(fd)
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[: len(expected)] == expected  # no record byte became a zero
+    assert data[len(expected) :].count(0) == size - len(expected)
+    time.sleep(0.1)  # and nothing is written once close() returned
+    assert os.path.getsize(path) == size
+
+
+@pytest.mark.skipif(write_ahead.ZeroAhead is None, reason="the _zero_ahead extension is not built")
+def test_a_forked_child_gets_an_error_from_the_thread_it_does_not_have(tmp_path):
+    fd = os.open(tmp_path / "file", os.O_WRONLY | os.O_CREAT, 0o644)
+    zeros = write_ahead.ZeroAhead(fd, 0, 1 << 20)
+    pid = os.fork()
+    if pid == 0:  # the child: no thread; neither call may wait for its mutex
+        try:
+            zeros.advance(10)
+        except ValueError:
+            zeros.close()
+            os._exit(0)
+        os._exit(1)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            raise AssertionError("the forked child hung")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    zeros.close()
+    os.close(fd)
