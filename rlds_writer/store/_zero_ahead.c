@@ -7,8 +7,9 @@
  * file position the shard's `writev`s advance (it writes through a duplicate
  * of the shard's descriptor, which shares that position), and when less than
  * half of `ahead` bytes of zeros are left past it, writes more in one
- * `pwrite`, holding its mutex. Between looks it sleeps, longer while nothing
- * changes. It never writes below `floor`: a record about to be written past
+ * `pwrite`, holding its mutex. Between looks it sleeps: until about halfway
+ * to when more will be due at the rate the records grow, longer and longer
+ * while they do not. It never writes below `floor`: a record about to be written past
  * the zeros claims its bytes first (`advance` waits for the `pwrite` in flight
  * and wakes the thread), so zeros never overwrite a record.
  *
@@ -28,8 +29,8 @@
 
 #define MAX_WRITE (1 << 20) /* the most one pwrite writes */
 #define ALIGN (64 << 10)    /* zeros end on this boundary: whole large folios */
-#define MIN_SLEEP_NS 100000L
-#define MAX_SLEEP_NS 50000000L
+#define MIN_SLEEP_NS 50000
+#define MAX_SLEEP_NS 50000000
 
 static const char *zeros; /* MAX_WRITE zero bytes, shared by every ZeroAhead */
 
@@ -62,9 +63,16 @@ static void release(State *s) {
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 static void *run(void *arg) {
     State *s = (State *)arg;
-    long sleep_ns = MIN_SLEEP_NS;
+    int64_t sleep_ns = MIN_SLEEP_NS;
+    int64_t seen = -1, seen_at = 0; /* where the records ended at the last look, and when */
     pthread_mutex_lock(&s->mu);
     while (!s->stop && !s->error) {
         off_t records = lseek(s->fd, 0, SEEK_CUR);
@@ -86,16 +94,26 @@ static void *run(void *arg) {
                 break;
             }
             __atomic_store_n(&s->done, start + written, __ATOMIC_RELEASE);
-            sleep_ns = MIN_SLEEP_NS;
             continue;
         }
+        /* Look again halfway to when, at the rate the records grew since the
+         * last look, more zeros are due; while they do not grow, ever later. */
+        int64_t now = now_ns();
+        if (seen >= 0 && records > seen && now > seen_at) {
+            double per_ns = (double)(records - seen) / (double)(now - seen_at);
+            sleep_ns = (int64_t)((double)(start - records - reach / 2) / per_ns / 2);
+        } else if (records == seen) {
+            sleep_ns *= 2;
+        }
+        if (sleep_ns < MIN_SLEEP_NS) sleep_ns = MIN_SLEEP_NS;
+        if (sleep_ns > MAX_SLEEP_NS) sleep_ns = MAX_SLEEP_NS;
+        seen = records;
+        seen_at = now;
         struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += sleep_ns;
-        until.tv_sec += until.tv_nsec / 1000000000L;
-        until.tv_nsec %= 1000000000L;
+        int64_t wake = now + sleep_ns;
+        until.tv_sec = wake / 1000000000;
+        until.tv_nsec = wake % 1000000000;
         pthread_cond_timedwait(&s->cv, &s->mu, &until);
-        sleep_ns = sleep_ns * 2 > MAX_SLEEP_NS ? MAX_SLEEP_NS : sleep_ns * 2;
     }
     pthread_mutex_unlock(&s->mu);
     release(s);

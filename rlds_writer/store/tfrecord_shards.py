@@ -169,21 +169,32 @@ class TFRecordFormat(FileFormat):
             check.detail.append(f"{scan.tail_problem} at byte {scan.tail_offset}, {cut} bytes")
         for offset, size, reason in scan.dropped:
             check.detail.append(f"{reason} at byte {offset} ({size} bytes dropped)")
+        problem = scan.tail_problem or ""
+        # Zeros written ahead are only ever left in a shard not listed yet; in
+        # a listed one, a record followed by zeros is damage like any other.
+        listed_torn_into_zeros = problem == tfrecord.TORN_INTO_ZEROS and listed is not None
         if not scan.spans:
             if scan.file_size:
                 check.detail.append("no complete record")
             # Only what a crash leaves before a first record is complete may be
             # deleted: its start, or the zeros written ahead of it.
-            problem = scan.tail_problem or ""
             check.removable = bool(
                 last
                 and not scan.dropped
-                and (problem.startswith("truncated") or problem in tfrecord.CRASH_TAILS)
+                and (
+                    problem.startswith("truncated")
+                    or (problem in tfrecord.CRASH_TAILS and listed is None)
+                )
             )
             return check
         # A crash tears only the end of the shard being written (the last one);
         # anything else is damage, kept aside before the shard is rewritten.
-        crash_tail = last and not scan.dropped and scan.kept_end == scan.tail_offset
+        crash_tail = (
+            last
+            and not scan.dropped
+            and scan.kept_end == scan.tail_offset
+            and not listed_torn_into_zeros
+        )
         if scan.dropped or (scan.kept_end < scan.file_size and not crash_tail):
             check.rewrite = True
         elif scan.kept_end < scan.file_size:

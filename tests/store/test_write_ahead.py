@@ -293,3 +293,19 @@ def test_a_forked_child_gets_an_error_from_the_thread_it_does_not_have(tmp_path)
     assert os.waitstatus_to_exitcode(done[1]) == 0
     zeros.close()
     os.close(fd)
+
+
+def test_a_listed_shard_with_a_record_followed_by_zeros_is_kept_aside_not_cut(tmp_path):
+    # The writer cuts its zeros before it lists a shard: in a listed one they
+    # are damage, kept as a .corrupt- copy while the good records are kept.
+    directory = tmp_path / "ds"
+    _record(directory, 3)
+    (shard,) = [p for p in directory.iterdir() if ".tfrecord-" in p.name]
+    torn = tfrecord.frame(b"\x0a" + b"\x07" * 9000)
+    with open(shard, "ab") as f:
+        f.write(torn[:PAGE] + bytes(20_000))
+    report = rlds_writer.recover(directory)
+    (shard_report,) = report.shards
+    assert "rewritten" in shard_report.actions, shard_report
+    assert [p for p in directory.iterdir() if p.name.startswith(".corrupt-")]
+    assert len(load_episodes(directory, "train")) == 3
