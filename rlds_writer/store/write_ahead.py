@@ -85,7 +85,8 @@ class WriteAhead:
                 if start < WRITE_AHEAD_FROM or end - start >= WRITE_AHEAD_RECORD:
                     return 0  # asked again at the next record
                 self._past_records = True
-                zeros = self._zeros = (ZeroAhead or _ZerosHere)(self._fd, start, WRITE_AHEAD)
+                # From this record's end: the thread never waits for it to claim it.
+                zeros = self._zeros = (ZeroAhead or _ZerosHere)(self._fd, end, WRITE_AHEAD)
             return zeros.advance(end)
         except (OSError, ValueError):
             # A full disk (or any refusal, or a forked child) ends writing ahead;
