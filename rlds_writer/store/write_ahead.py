@@ -17,11 +17,27 @@ meanwhile leaves them (or a record torn into them), which
 from __future__ import annotations
 
 import os
+from typing import Any
 
-try:  # the thread without the GIL (rlds_writer/store/_zero_ahead.c)
-    from rlds_writer.store._zero_ahead import ZeroAhead
-except ImportError:  # not built: zeros written on the recording thread
-    ZeroAhead = None
+_NOT_LOADED: Any = object()
+# The thread without the GIL (rlds_writer/store/_zero_ahead.c), loaded by the
+# first shard that writes ahead (a short recording never imports it); None
+# where it is not built: zeros written on the recording thread.
+ZeroAhead: Any = _NOT_LOADED
+
+
+def zero_ahead_type() -> Any:
+    """`_zero_ahead.ZeroAhead`, or None where the extension is not built."""
+    global ZeroAhead
+    if ZeroAhead is _NOT_LOADED:
+        try:
+            from rlds_writer.store import _zero_ahead
+        except ImportError:
+            ZeroAhead = None
+        else:
+            ZeroAhead = _zero_ahead.ZeroAhead
+    return ZeroAhead
+
 
 # A shard holding less than this writes nothing ahead (a short recording pays
 # nothing), nor for a record this large (it makes its large folios itself).
@@ -86,7 +102,7 @@ class WriteAhead:
                     return 0  # asked again at the next record
                 self._past_records = True
                 # From this record's end: the thread never waits for it to claim it.
-                zeros = self._zeros = (ZeroAhead or _ZerosHere)(self._fd, end, WRITE_AHEAD)
+                zeros = self._zeros = (zero_ahead_type() or _ZerosHere)(self._fd, end, WRITE_AHEAD)
             return zeros.advance(end)
         except (OSError, ValueError):
             # A full disk (or any refusal, or a forked child) ends writing ahead;

@@ -32,7 +32,7 @@ PAGE = 4096
 @pytest.fixture(params=["thread", "here"])
 def zeros_on(request, monkeypatch):
     """Zeros written by the C extension's thread, or on the recording thread."""
-    if request.param == "thread" and write_ahead.ZeroAhead is None:
+    if request.param == "thread" and write_ahead.zero_ahead_type() is None:
         pytest.skip("the _zero_ahead extension is not built")
     if request.param == "here":
         monkeypatch.setattr(write_ahead, "ZeroAhead", None)
@@ -244,7 +244,9 @@ def test_a_disk_too_full_for_the_zeros_stops_writing_ahead_and_loses_nothing(sma
     assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 30
 
 
-@pytest.mark.skipif(write_ahead.ZeroAhead is None, reason="the _zero_ahead extension is not built")
+@pytest.mark.skipif(
+    write_ahead.zero_ahead_type() is None, reason="the _zero_ahead extension is not built"
+)
 def test_the_thread_never_writes_zeros_over_a_record_that_outran_them(tmp_path):
     # Records of up to 600 KB written as fast as possible: they often end past
     # the zeros (1 MiB ahead at most), so each claims its bytes from the thread.
@@ -252,7 +254,7 @@ def test_the_thread_never_writes_zeros_over_a_record_that_outran_them(tmp_path):
     path = tmp_path / "file"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     expected = bytearray()
-    zeros = write_ahead.ZeroAhead(fd, 0, 1 << 20)
+    zeros = write_ahead.zero_ahead_type()(fd, 0, 1 << 20)
     check_at = 0
     for i in range(400):
         record = bytes([i % 251 + 1]) * rng.randint(1, 600_000)
@@ -272,10 +274,12 @@ def test_the_thread_never_writes_zeros_over_a_record_that_outran_them(tmp_path):
     assert os.path.getsize(path) == size
 
 
-@pytest.mark.skipif(write_ahead.ZeroAhead is None, reason="the _zero_ahead extension is not built")
+@pytest.mark.skipif(
+    write_ahead.zero_ahead_type() is None, reason="the _zero_ahead extension is not built"
+)
 def test_a_forked_child_gets_an_error_from_the_thread_it_does_not_have(tmp_path):
     fd = os.open(tmp_path / "file", os.O_WRONLY | os.O_CREAT, 0o644)
-    zeros = write_ahead.ZeroAhead(fd, 0, 1 << 20)
+    zeros = write_ahead.zero_ahead_type()(fd, 0, 1 << 20)
     pid = os.fork()
     if pid == 0:  # the child: no thread; neither call may wait for its mutex
         try:
