@@ -3,12 +3,16 @@
 A recorder (an adapter's open episode) holds an episode its writer knows
 nothing of; closing it first writes that episode, cut short, before the
 writers close and commit. Both are held weakly: registering keeps nothing alive.
+A forked child forgets its parent's: they are the parent's to close (closing
+them in the child wrote into the parent's open shard through the shared file
+offset and removed the parent's lock).
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import os
 import weakref
 from typing import Any
 
@@ -50,3 +54,12 @@ def _close_open_writers() -> None:
             writer.close()
         except Exception as e:  # noqa: BLE001
             _log.error("closing %s at exit failed: %s", writer.path, e)
+
+
+def _forget_the_parents() -> None:
+    _OPEN_RECORDERS.clear()
+    _OPEN_WRITERS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_the_parents)

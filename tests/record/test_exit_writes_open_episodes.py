@@ -10,6 +10,8 @@ import textwrap
 import pytest
 import tensorflow_datasets as tfds
 
+import rlds_writer
+
 SCRIPTS = {
     "dm_env": """
         import rlds_writer
@@ -67,3 +69,46 @@ def test_open_episodes_are_written_cut_short_at_interpreter_exit(exited, kind):
         assert len(steps) == 4  # three transitions and the final observation
         assert bool(steps[-1]["is_last"]) and not bool(steps[-1]["is_terminal"])
         assert episode["end_reason"].numpy() == b"cut_short"
+
+
+def test_a_forked_child_that_exits_leaves_its_parents_recording_alone(tmp_path):
+    # The child inherits the parent's open recorder and writer; at its exit it
+    # must neither write the parent's open episode into the shared shard nor
+    # release the parent's lock.
+    code = textwrap.dedent(
+        f"""
+        import os, sys
+        import rlds_writer
+        from rlds_writer.store import layout
+        OUT = {str(tmp_path / "ds")!r}
+        env = rlds_writer.EnvLogger(rlds_writer.Catch(rows=40, seed=0), data_directory=OUT)
+
+        def record(n):
+            for _ in range(n):
+                ts = env.reset()
+                while not ts.last():
+                    ts = env.step(1)
+
+        record(5)
+        env.reset()
+        env.step(1)  # an episode open at the fork
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)  # a normal exit: the child's atexit handlers run
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert os.path.exists(os.path.join(OUT, layout.LOCK)), "the child released the lock"
+        record(5)
+        env.close()
+        """
+    )
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert not rlds_writer.recover(tmp_path / "ds").changed
+    builder = tfds.builder_from_directory(str(tmp_path / "ds"))
+    episodes = list(tfds.as_numpy(builder.as_dataset(split="train")))
+    # 5 + the one cut short by the next reset + 5.
+    assert len(episodes) == 11
