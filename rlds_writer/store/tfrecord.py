@@ -41,7 +41,7 @@ FRAMING = HEADER_SIZE + FOOTER_SIZE
 # Every record TFDS writes is a tf.train.Example, whose first byte is the tag of
 # its `features` field; resynchronisation only tries offsets followed by it.
 _EXAMPLE_TAG = b"\x0a"
-# The tails a writer killed while it wrote ahead leaves (`tfrecord_shards`):
+# The tails a writer killed while it wrote ahead leaves (`store.write_ahead`):
 # zeros after its last record, or a record torn by the kill followed by zeros.
 ZEROS_AHEAD = "zeros written ahead of the next record (the shard was never closed)"
 TORN_INTO_ZEROS = "record torn by a crash (zeros written ahead follow it)"

@@ -3,11 +3,11 @@
 Written unbuffered (each record has reached the OS when its write returns,
 in one `writev` or, past 1 MiB, several: `storage.writev_all`; so an episode
 is durable when it ends; small records go into zeros written ahead of them,
-`store.write_ahead`, cut off at close), walked and checked by `store.tfrecord`'s scan (length and
-data CRCs, resynchronising after a damaged header), repaired by rewriting the
-good records or cutting a crash's torn tail (zeros written ahead included),
-and read at random through `store.tfrecord_reader.TFRecordShard` (an index of
-record offsets).
+`store.write_ahead`, cut off at close), walked and checked by
+`store.tfrecord`'s scan (length and data CRCs, resynchronising after a
+damaged header), repaired by rewriting the good records or cutting a crash's
+torn tail (zeros written ahead included), and read at random through
+`store.tfrecord_reader.TFRecordShard` (an index of record offsets).
 Shards on object storage go through `store.storage` (uploaded whole at close).
 """
 

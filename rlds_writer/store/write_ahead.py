@@ -104,10 +104,15 @@ class WriteAhead:
                 # From this record's end: the thread never waits for it to claim it.
                 zeros = self._zeros = (zero_ahead_type() or _ZerosHere)(self._fd, end, WRITE_AHEAD)
             return zeros.advance(end)
-        except (OSError, ValueError):
-            # A full disk (or any refusal, or a forked child) ends writing ahead;
-            # the records are written as without it and report their own errors.
+        except OSError:
+            # A full disk (or any refusal) ends writing ahead; the records are
+            # written as without it and report their own errors.
             self._stop(start)
+            return NEVER
+        except ValueError:
+            # A forked child writing its parent's shard: the zeros are the parent's.
+            self._zeros = None
+            self._past_records = False
             return NEVER
 
     def cut(self, end: int) -> None:

@@ -313,3 +313,33 @@ def test_a_listed_shard_with_a_record_followed_by_zeros_is_kept_aside_not_cut(tm
     assert "rewritten" in shard_report.actions, shard_report
     assert [p for p in directory.iterdir() if p.name.startswith(".corrupt-")]
     assert len(load_episodes(directory, "train")) == 3
+
+
+@pytest.mark.skipif(
+    write_ahead.zero_ahead_type() is None, reason="the _zero_ahead extension is not built"
+)
+def test_a_forked_child_leaves_its_parents_zeros_to_the_parent(tmp_path):
+    path = tmp_path / "shard.tfrecord"
+    writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
+    record = b"\x0a" + bytes(range(256)) * 40
+    for _ in range(10):
+        writer.write(record)
+    written = 10 * (len(record) + tfrecord.FRAMING)
+    _wait_for(lambda: os.path.getsize(path) > written)
+    pid = os.fork()
+    if pid == 0:  # the child: neither the thread nor the zeros are its own
+        ahead = writer._ahead
+        status = 0 if ahead.before(written, written + 100) == write_ahead.NEVER else 1
+        ahead.cut(written)
+        os._exit(status)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            raise AssertionError("the forked child hung")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert os.path.getsize(path) > written  # the parent's zeros are still there
+    writer.write(record)
+    writer.close()
+    assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 11
