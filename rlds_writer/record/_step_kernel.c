@@ -8,7 +8,8 @@
  * `StepType.MID`, or `False` for terminated and truncated), and every value
  * passes the same test as the generated Python step (record/appender.py),
  * appends the action, reward, discount and a copy of the observation to the
- * column lists and counts the step. Anything else (another step type, an
+ * columns (a list, or for an array a `RowBuffer`: the rows end to end in one
+ * growing buffer) and counts the step. Anything else (another step type, an
  * episode's end, a value to cast or refuse, a buffer before `start`) goes to
  * `after(action, result)`, the Python step without the env call, which
  * decides as always. So the kernel never refuses a value: it only takes the
@@ -23,6 +24,143 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
+/* A column's rows of one fixed size, end to end in one growing buffer
+ * (record/columns.py `_ArrayColumn`): the step copies an observation's bytes
+ * in, instead of making a `bytes` per step that the episode's end joins. */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t len; /* bytes used: a whole number of rows */
+    Py_ssize_t cap;
+    Py_ssize_t row; /* bytes per row */
+} RowBuffer;
+
+static PyTypeObject RowBufferType;
+
+/* Room for `extra` more bytes; -1 (MemoryError set) if there is none. */
+static int
+rows_reserve(RowBuffer *b, Py_ssize_t extra)
+{
+    if (b->len + extra <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 16 * b->row;
+    while (cap < b->len + extra) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    char *data = PyMem_Realloc(b->data, (size_t)cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+static PyObject *
+rows_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    Py_ssize_t row;
+    static char *kwlist[] = {"row", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n:RowBuffer", kwlist, &row)) return NULL;
+    if (row < 1) {
+        PyErr_Format(PyExc_ValueError, "RowBuffer: a row of at least 1 byte expected, got %zd",
+                     row);
+        return NULL;
+    }
+    RowBuffer *b = (RowBuffer *)type->tp_alloc(type, 0);
+    if (b == NULL) return NULL;
+    b->row = row;
+    return (PyObject *)b;
+}
+
+static void
+rows_dealloc(RowBuffer *b)
+{
+    PyMem_Free(b->data);
+    Py_TYPE(b)->tp_free((PyObject *)b);
+}
+
+static Py_ssize_t
+rows_length(RowBuffer *b)
+{
+    return b->len / b->row;
+}
+
+static PyObject *
+rows_append(RowBuffer *b, PyObject *value)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(value, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (view.len != b->row) {
+        PyErr_Format(PyExc_ValueError, "RowBuffer: a row of %zd bytes expected, got %zd",
+                     b->row, view.len);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (rows_reserve(b, b->row) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    memcpy(b->data + b->len, view.buf, (size_t)b->row);
+    b->len += b->row;
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+rows_truncate(RowBuffer *b, PyObject *arg)
+{
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "RowBuffer.truncate: a row count >= 0 expected");
+        return NULL;
+    }
+    if (n < rows_length(b)) b->len = n * b->row;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+rows_clear(RowBuffer *b, PyObject *Py_UNUSED(ignored))
+{
+    b->len = 0; /* the buffer stays: the next episode fills it again */
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+rows_take(RowBuffer *b, PyObject *Py_UNUSED(ignored))
+{
+    return PyBytes_FromStringAndSize(b->data ? b->data : "", b->len);
+}
+
+static PyMethodDef rows_methods[] = {
+    {"append", (PyCFunction)rows_append, METH_O, "append(row): copies one row's bytes in"},
+    {"truncate", (PyCFunction)rows_truncate, METH_O, "truncate(n): keeps the first n rows"},
+    {"clear", (PyCFunction)rows_clear, METH_NOARGS, "clear(): no rows (the memory stays)"},
+    {"take", (PyCFunction)rows_take, METH_NOARGS, "take(): the rows end to end, as bytes"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods rows_as_sequence = {
+    .sq_length = (lenfunc)rows_length,
+};
+
+static PyTypeObject RowBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rlds_writer.record._step_kernel.RowBuffer",
+    .tp_basicsize = sizeof(RowBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RowBuffer(row): rows of `row` bytes end to end in one growing buffer.",
+    .tp_new = rows_new,
+    .tp_dealloc = (destructor)rows_dealloc,
+    .tp_methods = rows_methods,
+    .tp_as_sequence = &rows_as_sequence,
+};
+
 /* How a column takes its value (record/columns.py `kernel_leaf`). */
 enum {
     LEAF_INT = 0,    /* a Python int within [lo, hi] (the dtype's range), or a type in `types` */
@@ -34,7 +172,8 @@ enum {
 typedef struct {
     int kind;
     int float_first;
-    PyObject *list;  /* the column's list of values */
+    PyObject *list;  /* the column's list of values, or its RowBuffer (LEAF_ARRAY) */
+    int rows;        /* list is a RowBuffer */
     PyObject *types; /* a (frozen)set of types, or None */
     PyObject *dtype; /* LEAF_ARRAY: the numpy dtype object, or None */
     int ndim;
@@ -150,25 +289,44 @@ kernel_take(StepKernel *k, PyObject *action, PyObject *ts)
         if (takes < 0) goto error;
         if (!takes) return hand_over(k, action, ts);
     }
-    /* Every item is made before any append: a failed copy leaves the columns as they were. */
+    /* Every item is made, and every RowBuffer has room, before any append: a
+     * failed copy leaves the columns as they were. A RowBuffer's item is NULL
+     * where the array's own bytes are copied in (C order already). */
     PyObject *items[N_LEAVES];
     for (int i = 0; i < N_LEAVES; i++) {
-        if (k->leaves[i].kind == LEAF_NONE) {
-            items[i] = NULL;
-            continue;
+        const Leaf *leaf = &k->leaves[i];
+        items[i] = NULL;
+        if (leaf->kind == LEAF_NONE) continue;
+        int made = 1;
+        if (leaf->rows) {
+            if (rows_reserve((RowBuffer *)leaf->list, leaf->nbytes) < 0)
+                made = 0;
+            else if (!PyArray_IS_C_CONTIGUOUS((PyArrayObject *)values[i])
+                     && (items[i] = leaf_item(leaf, values[i])) == NULL)
+                made = 0;
+        } else if ((items[i] = leaf_item(leaf, values[i])) == NULL) {
+            made = 0;
         }
-        items[i] = leaf_item(&k->leaves[i], values[i]);
-        if (items[i] == NULL) {
+        if (!made) {
             while (i--) Py_XDECREF(items[i]);
             goto error;
         }
     }
     int failed = 0;
     for (int i = 0; i < N_LEAVES; i++) {
-        if (items[i] == NULL) continue; /* LEAF_NONE */
+        if (k->leaves[i].rows || items[i] == NULL) continue; /* RowBuffers below; LEAF_NONE */
         if (!failed && PyList_Append(k->leaves[i].list, items[i]) < 0) failed = 1;
-        Py_DECREF(items[i]);
+        Py_CLEAR(items[i]);
     }
+    for (int i = 0; i < N_LEAVES && !failed; i++) {
+        if (!k->leaves[i].rows) continue;
+        RowBuffer *b = (RowBuffer *)k->leaves[i].list;
+        const char *src = items[i] != NULL ? PyBytes_AS_STRING(items[i])
+                                           : PyArray_BYTES((PyArrayObject *)values[i]);
+        memcpy(b->data + b->len, src, (size_t)b->row); /* the room was made above */
+        b->len += b->row;
+    }
+    for (int i = 0; i < N_LEAVES; i++) Py_XDECREF(items[i]);
     if (failed) {
         /* All or none, as the Python step: roll the columns back to n steps. */
 #if PY_VERSION_HEX >= 0x030C0000
@@ -247,8 +405,13 @@ parse_leaf(Leaf *leaf, PyObject *spec)
                           &kind, &list, &types, &float_first, &dtype, &PyTuple_Type, &shape,
                           &nbytes))
         return -1;
-    if (kind != LEAF_NONE && !PyList_CheckExact(list)) {
-        PyErr_SetString(PyExc_TypeError, "a leaf's values go to a list");
+    int rows = Py_IS_TYPE(list, &RowBufferType);
+    if (kind != LEAF_NONE && !PyList_CheckExact(list) && !(kind == LEAF_ARRAY && rows)) {
+        PyErr_SetString(PyExc_TypeError, "a leaf's values go to a list (or an array's to a RowBuffer)");
+        return -1;
+    }
+    if (rows && ((RowBuffer *)list)->row != nbytes) {
+        PyErr_SetString(PyExc_ValueError, "an array leaf's RowBuffer holds rows of nbytes");
         return -1;
     }
     if (kind == LEAF_NONE) {
@@ -295,6 +458,7 @@ parse_leaf(Leaf *leaf, PyObject *spec)
         return -1;
     }
     leaf->kind = kind;
+    leaf->rows = rows;
     leaf->float_first = float_first;
     leaf->nbytes = nbytes;
     leaf->list = Py_NewRef(list);
@@ -474,10 +638,11 @@ PyInit__step_kernel(void)
     s_rollback = PyUnicode_InternFromString("_rollback");
     s_action = PyUnicode_InternFromString("action");
     if (!s_num_steps || !s_tobytes || !s_rollback || !s_action) return NULL;
-    if (PyType_Ready(&StepKernelType) < 0) return NULL;
+    if (PyType_Ready(&StepKernelType) < 0 || PyType_Ready(&RowBufferType) < 0) return NULL;
     PyObject *m = PyModule_Create(&kernel_module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "StepKernel", (PyObject *)&StepKernelType) < 0
+        || PyModule_AddObjectRef(m, "RowBuffer", (PyObject *)&RowBufferType) < 0
         || PyModule_AddIntConstant(m, "LEAF_INT", LEAF_INT) < 0
         || PyModule_AddIntConstant(m, "LEAF_SCALAR", LEAF_SCALAR) < 0
         || PyModule_AddIntConstant(m, "LEAF_ARRAY", LEAF_ARRAY) < 0

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import StepValueError
+from rlds_writer.record import step_kernel
 from rlds_writer.record.values import INT64_MAX, INT64_MIN, cast_value
 from rlds_writer.store import field_specs, frame_stream, shared_frames
 from rlds_writer.store.episode_data import (
@@ -233,7 +234,14 @@ class _ArrayColumn:
         self.field = field
         self.shape = field.shape
         self.dtype = field.dtype
-        self.rows: list[bytes] = []
+        # Where the C step is built, numeric rows go end to end into one
+        # growing buffer (no `bytes` per step, no join at the end); the rows
+        # of a bytes-encoded field are written one by one, so they stay a list.
+        row_buffer = step_kernel.row_buffer_type()
+        if row_buffer is not None and field.kind != field_specs.BYTES:
+            self.rows: Any = row_buffer(self.dtype.itemsize * math.prod(self.shape))
+        else:
+            self.rows = []
         self.append = self._make_append()
 
     def _make_append(self) -> Callable[[Any], None]:
@@ -273,7 +281,10 @@ class _ArrayColumn:
         return len(self.rows)
 
     def truncate(self, n: int) -> None:
-        del self.rows[n:]
+        if type(self.rows) is list:
+            del self.rows[n:]
+        else:
+            self.rows.truncate(n)
 
     def reset(self) -> None:
         self.rows.clear()  # values() copied them; the appenders keep this list
@@ -282,9 +293,10 @@ class _ArrayColumn:
         rows = self.rows
         if self.field.kind == field_specs.BYTES:
             return RowBytes(list(rows), self.shape, self.dtype)
+        data = b"".join(rows) if type(rows) is list else rows.take()
         if self.dtype == _PACKED_FLOAT and self.field.kind == field_specs.FLOAT:
-            return PackedColumn(b"".join(rows), len(rows), self.shape, self.dtype)
-        flat = np.frombuffer(b"".join(rows), dtype=self.dtype)
+            return PackedColumn(data, len(rows), self.shape, self.dtype)
+        flat = np.frombuffer(data, dtype=self.dtype)
         return flat.reshape((len(rows),) + self.shape)
 
 

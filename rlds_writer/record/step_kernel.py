@@ -57,6 +57,11 @@ def available() -> bool:
     return not disabled() and _module() is not None
 
 
+def row_buffer_type() -> Any:
+    """`RowBuffer` (fixed-size rows end to end in one buffer) with the C step, else None."""
+    return _module().RowBuffer if available() else None
+
+
 def step_kernel(
     env_step: Callable[[Any], Any],
     result: tuple[type, int],

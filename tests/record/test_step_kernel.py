@@ -469,3 +469,24 @@ def test_python_int_actions_in_any_int_dtype_are_taken_at_the_step_and_bounded(
     assert "out of range" in errors[0] and str(hi + 1) in errors[0]
     recorded = load_episodes(tmp_path / "c")
     assert [int(s["action"]) for s in recorded[0]["steps"][:5]] == [1, lo, hi, 2, 1]
+
+
+def test_a_row_buffer_keeps_rows_end_to_end_and_refuses_a_row_of_another_size():
+    if not step_kernel.available():
+        pytest.skip("the C step is not built (no C compiler at install)")
+    rows = step_kernel.row_buffer_type()(4)
+    for i in range(40):  # past the first allocation (16 rows)
+        rows.append(bytes([i]) * 4)
+    assert len(rows) == 40
+    assert rows.take() == b"".join(bytes([i]) * 4 for i in range(40))
+    with pytest.raises(ValueError, match="a row of 4 bytes expected, got 3"):
+        rows.append(b"abc")
+    rows.append(np.arange(4, dtype=np.uint8))  # any bytes-like row
+    rows.truncate(2)
+    assert rows.take() == b"\x00" * 4 + b"\x01" * 4
+    rows.truncate(5)  # never grows
+    assert len(rows) == 2
+    rows.clear()
+    assert len(rows) == 0 and rows.take() == b""
+    rows.append(b"wxyz")
+    assert rows.take() == b"wxyz"
