@@ -124,10 +124,19 @@ rows_truncate(RowBuffer *b, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* Past this, `clear` lets the memory go (one very long episode must not
+ * keep it for the rest of the recording). */
+#define ROWS_KEPT_BYTES (8 << 20)
+
 static PyObject *
 rows_clear(RowBuffer *b, PyObject *Py_UNUSED(ignored))
 {
     b->len = 0; /* the buffer stays: the next episode fills it again */
+    if (b->cap > ROWS_KEPT_BYTES) {
+        PyMem_Free(b->data);
+        b->data = NULL;
+        b->cap = 0;
+    }
     Py_RETURN_NONE;
 }
 
@@ -140,7 +149,8 @@ rows_take(RowBuffer *b, PyObject *Py_UNUSED(ignored))
 static PyMethodDef rows_methods[] = {
     {"append", (PyCFunction)rows_append, METH_O, "append(row): copies one row's bytes in"},
     {"truncate", (PyCFunction)rows_truncate, METH_O, "truncate(n): keeps the first n rows"},
-    {"clear", (PyCFunction)rows_clear, METH_NOARGS, "clear(): no rows (the memory stays)"},
+    {"clear", (PyCFunction)rows_clear, METH_NOARGS,
+     "clear(): no rows (the memory stays, up to 8 MiB)"},
     {"take", (PyCFunction)rows_take, METH_NOARGS, "take(): the rows end to end, as bytes"},
     {NULL, NULL, 0, NULL},
 };

@@ -490,3 +490,9 @@ def test_a_row_buffer_keeps_rows_end_to_end_and_refuses_a_row_of_another_size():
     assert len(rows) == 0 and rows.take() == b""
     rows.append(b"wxyz")
     assert rows.take() == b"wxyz"
+    big = step_kernel.row_buffer_type()(4096)
+    for _ in range(3000):  # 12 MB: let go at clear, then grown again
+        big.append(bytes(4096))
+    big.clear()
+    big.append(b"\x01" * 4096)
+    assert big.take() == b"\x01" * 4096
