@@ -27,19 +27,8 @@ RLDS_WRITER = os.path.join(os.path.dirname(sys.executable), "rlds-writer")
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", os.fspath(mount_point)],
-        capture_output=True,
-    )
-    if done.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    try:
-        yield epath.Path(mount_point)
-    finally:
-        subprocess.run(["umount", "-l", os.fspath(mount_point)], check=False)
+def small_disk(tmpfs):
+    return epath.Path(tmpfs("1m"))
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,17 @@ def zeros_on(request, monkeypatch):
     return request.param
 
 
+def _child_exits_cleanly(pid: int, timeout: float = 30.0) -> None:
+    """Waits for a forked child (killing it past `timeout`); it must exit with 0."""
+    deadline = time.monotonic() + timeout
+    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            raise AssertionError("the forked child hung")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
 def _wait_for(condition, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -205,19 +216,8 @@ def test_a_writer_killed_with_zeros_ahead_loses_no_episode_and_recover_cuts_the_
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", os.fspath(mount_point)],
-        capture_output=True,
-    )
-    if done.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", os.fspath(mount_point)], check=False)
+def small_disk(tmpfs):
+    return tmpfs("2m")
 
 
 def test_a_disk_too_full_for_the_zeros_stops_writing_ahead_and_loses_nothing(small_disk, zeros_on):
@@ -288,13 +288,7 @@ def test_a_forked_child_gets_an_error_from_the_thread_it_does_not_have(tmp_path)
             zeros.close()
             os._exit(0)
         os._exit(1)
-    deadline = time.monotonic() + 30
-    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            raise AssertionError("the forked child hung")
-        time.sleep(0.01)
-    assert os.waitstatus_to_exitcode(done[1]) == 0
+    _child_exits_cleanly(pid)
     zeros.close()
     os.close(fd)
 
@@ -332,13 +326,7 @@ def test_a_forked_child_leaves_its_parents_zeros_to_the_parent(tmp_path):
         status = 0 if ahead.before(written, written + 100) == write_ahead.NEVER else 1
         ahead.cut(written)
         os._exit(status)
-    deadline = time.monotonic() + 30
-    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            raise AssertionError("the forked child hung")
-        time.sleep(0.01)
-    assert os.waitstatus_to_exitcode(done[1]) == 0
+    _child_exits_cleanly(pid)
     assert os.path.getsize(path) > written  # the parent's zeros are still there
     writer.write(record)
     writer.close()
