@@ -156,13 +156,15 @@ def record_forever(
     before its rename for that many seconds, announced in the report
     (`_slow_down_io`), so that kills can land inside them. `write_ahead_from`
     sets how much a tfrecord shard holds before it writes zeros ahead of its
-    records (these episodes are small: 0 makes every record land in zeros).
+    records, whatever the shard's size (these episodes are small: 0 makes
+    every record land in zeros).
     """
     import rlds_writer
     from rlds_writer.store import write_ahead
 
     if write_ahead_from is not None:
         write_ahead.WRITE_AHEAD_FROM = write_ahead_from
+        write_ahead.WRITE_AHEAD_MIN_RECORDS = 0  # shards of 4 episodes write ahead too
 
     fd = os.open(report_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     if slow_io:

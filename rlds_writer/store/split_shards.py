@@ -93,6 +93,8 @@ class SplitShards:
             index = len(state.lengths)
             path = self.path / self._template(split).filename(index, 0)
             state.shard = open_shard(path, self.file_format, self.fsync)
+            if hasattr(state.shard, "max_records"):  # a shard that plans by it (tfrecord)
+                state.shard.max_records = self.max_episodes_per_file
         state.shard.write(parts, length)
         state.shard.flush()
 

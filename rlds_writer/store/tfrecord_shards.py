@@ -53,6 +53,9 @@ class TFRecordShardWriter:
         self.num_bytes = 0
         self._fd: int | None = None
         self._f: Any = None
+        # The most records the shard will take, where its writer says
+        # (`split_shards`): writing ahead does not start for the last few.
+        self.max_records: int | None = None
         self._end = 0  # where the records end
         self._ahead: write_ahead.WriteAhead | None = None
         self._check_at = write_ahead.NEVER  # the next record ending past it calls `before`
@@ -76,7 +79,8 @@ class TFRecordShardWriter:
             total = len(header) + length + len(footer)
             end = self._end + total
             if end > self._check_at:
-                self._check_at = self._ahead.before(self._end, end)
+                left = None if self.max_records is None else self.max_records - self.num_records
+                self._check_at = self._ahead.before(self._end, end, left)
             storage.writev_all(self._fd, [header, *parts, footer], total)
             self._end = end
         else:

@@ -40,9 +40,13 @@ def zero_ahead_type() -> Any:
 
 
 # A shard holding less than this writes nothing ahead (a short recording pays
-# nothing), nor for a record this large (it makes its large folios itself).
+# nothing), nor for a record this large (it makes its large folios itself),
+# nor a shard that will take fewer records than this more: starting the
+# thread and cutting the zeros cost about what 10 small records gain (a
+# shard of 5 Catch episodes was 22% slower to record when it wrote ahead).
 WRITE_AHEAD_FROM = 64 << 10
 WRITE_AHEAD_RECORD = 64 << 10
+WRITE_AHEAD_MIN_RECORDS = 16
 # How far the zeros reach past the records: as far as the shard holds, up to
 # this; more is requested when half of it is left.
 WRITE_AHEAD = 256 << 10
@@ -93,11 +97,20 @@ class WriteAhead:
         self._zeros = None
         self._past_records = False  # zeros may lie past the records
 
-    def before(self, start: int, end: int) -> int:
-        """Readies zeros for the record at [start, end); returns the next check point."""
+    def before(self, start: int, end: int, records_left: int | None = None) -> int:
+        """Readies zeros for the record at [start, end); returns the next check point.
+
+        Args:
+          start: where the record starts (the records so far end there).
+          end: where it ends.
+          records_left: how many more records the shard takes at most, this
+            one included, where known.
+        """
         zeros = self._zeros
         try:
             if zeros is None:
+                if records_left is not None and records_left < WRITE_AHEAD_MIN_RECORDS:
+                    return NEVER  # too few records left to pay for it
                 if start < WRITE_AHEAD_FROM or end - start >= WRITE_AHEAD_RECORD:
                     return 0  # asked again at the next record
                 self._past_records = True

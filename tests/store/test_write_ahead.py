@@ -331,3 +331,29 @@ def test_a_forked_child_leaves_its_parents_zeros_to_the_parent(tmp_path):
     writer.write(record)
     writer.close()
     assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 11
+
+
+def test_a_shard_that_will_take_few_more_records_writes_nothing_ahead(tmp_path, monkeypatch):
+    # Starting the thread and cutting the zeros cost what about 10 small
+    # records gain: a shard of a few episodes never writes ahead.
+    record = b"\x0a" + bytes(range(256)) * 40
+    frame = len(record) + tfrecord.FRAMING
+    path = tmp_path / "shard"
+    writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
+    writer.max_records = 15  # what the dataset writer says (`max_episodes_per_file`)
+    for i in range(15):
+        writer.write(record)
+        assert os.path.getsize(path) == (i + 1) * frame
+    writer.close()
+    # Through the dataset writer: shards of 12 episodes of about 32 KB.
+    zeros_cut = []
+    real_cut = write_ahead.WriteAhead.cut
+
+    def cut(self, end):
+        zeros_cut.append(os.fstat(self._fd).st_size - end)
+        real_cut(self, end)
+
+    monkeypatch.setattr(write_ahead.WriteAhead, "cut", cut)
+    _record(tmp_path / "ds", 36, max_episodes_per_file=12)
+    assert zeros_cut == [0, 0, 0]
+    assert len(load_episodes(tmp_path / "ds", "train")) == 36
