@@ -73,6 +73,19 @@ def _shards(directory) -> dict[str, bytes]:
     }
 
 
+def _zeros_at_each_cut(monkeypatch) -> list[int]:
+    """The bytes of zeros each shard held past its records when it was closed."""
+    zeros_cut: list[int] = []
+    real_cut = write_ahead.WriteAhead.cut
+
+    def cut(self, end):
+        zeros_cut.append(os.fstat(self._fd).st_size - end)
+        real_cut(self, end)
+
+    monkeypatch.setattr(write_ahead.WriteAhead, "cut", cut)
+    return zeros_cut
+
+
 def _records_end(path) -> int:
     return tfrecord.scan(path).kept_end
 
@@ -103,14 +116,7 @@ def test_an_open_shard_has_zeros_after_its_records_and_close_cuts_them(tmp_path,
 def test_a_recording_with_zeros_written_ahead_is_byte_identical_and_loads(
     tmp_path, monkeypatch, zeros_on
 ):
-    zeros_cut = []
-    real_cut = write_ahead.WriteAhead.cut
-
-    def cut(self, end):
-        zeros_cut.append(os.fstat(self._fd).st_size - end)
-        real_cut(self, end)
-
-    monkeypatch.setattr(write_ahead.WriteAhead, "cut", cut)
+    zeros_cut = _zeros_at_each_cut(monkeypatch)
     _record(tmp_path / "ahead", 120)
     assert max(zeros_cut) > 0
     monkeypatch.setattr(write_ahead, "WRITE_AHEAD_FROM", 1 << 62)
@@ -346,14 +352,7 @@ def test_a_shard_that_will_take_few_more_records_writes_nothing_ahead(tmp_path, 
         assert os.path.getsize(path) == (i + 1) * frame
     writer.close()
     # Through the dataset writer: shards of 12 episodes of about 32 KB.
-    zeros_cut = []
-    real_cut = write_ahead.WriteAhead.cut
-
-    def cut(self, end):
-        zeros_cut.append(os.fstat(self._fd).st_size - end)
-        real_cut(self, end)
-
-    monkeypatch.setattr(write_ahead.WriteAhead, "cut", cut)
+    zeros_cut = _zeros_at_each_cut(monkeypatch)
     _record(tmp_path / "ds", 36, max_episodes_per_file=12)
     assert zeros_cut == [0, 0, 0]
     assert len(load_episodes(tmp_path / "ds", "train")) == 36
