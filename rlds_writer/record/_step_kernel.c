@@ -9,7 +9,8 @@
  * passes the same test as the generated Python step (record/appender.py),
  * appends the action, reward, discount and a copy of the observation to the
  * columns (a list, or for an array a `RowBuffer`: the rows end to end in one
- * growing buffer) and counts the step. Anything else (another step type, an
+ * growing buffer; a float32 or float64 scalar goes into one packed, as numpy
+ * casts it) and counts the step. Anything else (another step type, an
  * episode's end, a value to cast or refuse, a buffer before `start`) goes to
  * `after(action, result)`, the Python step without the env call, which
  * decides as always. So the kernel never refuses a value: it only takes the
@@ -23,6 +24,7 @@
 #include <structmember.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
+#include <numpy/arrayscalars.h>
 
 /* A column's rows of one fixed size, end to end in one growing buffer
  * (record/columns.py `_ArrayColumn`): the step copies an observation's bytes
@@ -111,6 +113,65 @@ rows_append(RowBuffer *b, PyObject *value)
     Py_RETURN_NONE;
 }
 
+/* A value of a scalar float column of `row` bytes (4: float32, 8: float64) as
+ * a double that C's cast turns into what numpy's gives: a Python float
+ * (np.float64 is one), an np.float32, or a Python int the dtype holds exactly
+ * (|x| <= 2**24 or 2**53: no rounding to agree on). 1: taken (*out set); 0:
+ * anything else, left to numpy (record/values.py `cast_value`); -1: an error is set. */
+static int
+float_value(PyObject *v, Py_ssize_t row, double *out)
+{
+    PyTypeObject *t = Py_TYPE(v);
+    if (t == &PyFloat_Type || t == &PyDoubleArrType_Type) {
+        *out = PyFloat_AS_DOUBLE(v);
+        return 1;
+    }
+    if (t == &PyFloatArrType_Type) {
+        *out = (double)PyArrayScalar_VAL(v, Float);
+        return 1;
+    }
+    if (t == &PyLong_Type) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        long long exact = row == 4 ? (1LL << 24) : (1LL << 53);
+        if (overflow || x < -exact || x > exact) return 0;
+        *out = (double)x;
+        return 1;
+    }
+    return 0;
+}
+
+/* Appends `d` as the row's float32 (C's cast: numpy's, overflow to inf) or
+ * float64; the room must be there. */
+static void
+rows_put_float(RowBuffer *b, double d)
+{
+    if (b->row == 4) {
+        float f = (float)d;
+        memcpy(b->data + b->len, &f, 4);
+    } else {
+        memcpy(b->data + b->len, &d, 8);
+    }
+    b->len += b->row;
+}
+
+static PyObject *
+rows_append_number(RowBuffer *b, PyObject *value)
+{
+    double d;
+    if (b->row != 4 && b->row != 8) {
+        PyErr_SetString(PyExc_TypeError, "RowBuffer.append_number: rows of 4 or 8 bytes only");
+        return NULL;
+    }
+    int taken = float_value(value, b->row, &d);
+    if (taken < 0) return NULL;
+    if (!taken) Py_RETURN_FALSE;
+    if (rows_reserve(b, b->row) < 0) return NULL;
+    rows_put_float(b, d);
+    Py_RETURN_TRUE;
+}
+
 static PyObject *
 rows_truncate(RowBuffer *b, PyObject *arg)
 {
@@ -148,6 +209,9 @@ rows_take(RowBuffer *b, PyObject *Py_UNUSED(ignored))
 
 static PyMethodDef rows_methods[] = {
     {"append", (PyCFunction)rows_append, METH_O, "append(row): copies one row's bytes in"},
+    {"append_number", (PyCFunction)rows_append_number, METH_O,
+     "append_number(x): appends a float, np.float32 or int as a float32 (4-byte rows) or\n"
+     "float64 (8-byte rows), cast as numpy casts it; False (nothing appended) for anything else"},
     {"truncate", (PyCFunction)rows_truncate, METH_O, "truncate(n): keeps the first n rows"},
     {"clear", (PyCFunction)rows_clear, METH_NOARGS,
      "clear(): no rows (the memory stays, up to 8 MiB)"},
@@ -177,12 +241,13 @@ enum {
     LEAF_SCALAR = 1, /* a Python float if `float_first`, or a type in `types` */
     LEAF_ARRAY = 2,  /* a numpy.ndarray of exactly `dtype` and `shape`: its bytes */
     LEAF_NONE = 3,   /* the dataset has no such field: the value is not looked at */
+    LEAF_FLOAT = 4,  /* a float32 or float64 scalar packed into a RowBuffer (`float_value`) */
 };
 
 typedef struct {
     int kind;
     int float_first;
-    PyObject *list;  /* the column's list of values, or its RowBuffer (LEAF_ARRAY) */
+    PyObject *list;  /* the column's list of values, or its RowBuffer (LEAF_ARRAY, LEAF_FLOAT) */
     int rows;        /* list is a RowBuffer */
     PyObject *types; /* a (frozen)set of types, or None */
     PyObject *dtype; /* LEAF_ARRAY: the numpy dtype object, or None */
@@ -218,14 +283,17 @@ typedef struct {
 
 static PyObject *s_num_steps, *s_tobytes, *s_rollback, *s_action;
 
-/* 1: the value is appended as it is; 0: the Python step decides; -1: an error is set. */
+/* 1: the value is appended as it is (a LEAF_FLOAT's as *f); 0: the Python
+ * step decides; -1: an error is set. */
 static int
-leaf_takes(const Leaf *leaf, PyObject *v)
+leaf_takes(const Leaf *leaf, PyObject *v, double *f)
 {
     PyTypeObject *t = Py_TYPE(v);
     switch (leaf->kind) {
     case LEAF_NONE:
         return 1;
+    case LEAF_FLOAT:
+        return float_value(v, leaf->nbytes, f);
     case LEAF_INT:
         if (t == &PyLong_Type) {
             int overflow;
@@ -291,11 +359,12 @@ kernel_take(StepKernel *k, PyObject *action, PyObject *ts)
     if (n <= 0) return hand_over(k, action, ts); /* not started: the Python step says so */
 
     PyObject *values[N_LEAVES] = {action};
+    double floats[N_LEAVES];
     for (int i = 1; i < N_LEAVES; i++)
         values[i] = k->source_index[i - 1] >= 0 ? PyTuple_GET_ITEM(ts, k->source_index[i - 1])
                                                 : k->source_value[i - 1];
     for (int i = 0; i < N_LEAVES; i++) {
-        int takes = leaf_takes(&k->leaves[i], values[i]);
+        int takes = leaf_takes(&k->leaves[i], values[i], &floats[i]);
         if (takes < 0) goto error;
         if (!takes) return hand_over(k, action, ts);
     }
@@ -311,7 +380,8 @@ kernel_take(StepKernel *k, PyObject *action, PyObject *ts)
         if (leaf->rows) {
             if (rows_reserve((RowBuffer *)leaf->list, leaf->nbytes) < 0)
                 made = 0;
-            else if (!PyArray_IS_C_CONTIGUOUS((PyArrayObject *)values[i])
+            else if (leaf->kind == LEAF_ARRAY
+                     && !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)values[i])
                      && (items[i] = leaf_item(leaf, values[i])) == NULL)
                 made = 0;
         } else if ((items[i] = leaf_item(leaf, values[i])) == NULL) {
@@ -331,6 +401,10 @@ kernel_take(StepKernel *k, PyObject *action, PyObject *ts)
     for (int i = 0; i < N_LEAVES && !failed; i++) {
         if (!k->leaves[i].rows) continue;
         RowBuffer *b = (RowBuffer *)k->leaves[i].list;
+        if (k->leaves[i].kind == LEAF_FLOAT) {
+            rows_put_float(b, floats[i]);
+            continue;
+        }
         const char *src = items[i] != NULL ? PyBytes_AS_STRING(items[i])
                                            : PyArray_BYTES((PyArrayObject *)values[i]);
         memcpy(b->data + b->len, src, (size_t)b->row); /* the room was made above */
@@ -416,16 +490,25 @@ parse_leaf(Leaf *leaf, PyObject *spec)
                           &nbytes))
         return -1;
     int rows = Py_IS_TYPE(list, &RowBufferType);
-    if (kind != LEAF_NONE && !PyList_CheckExact(list) && !(kind == LEAF_ARRAY && rows)) {
-        PyErr_SetString(PyExc_TypeError, "a leaf's values go to a list (or an array's to a RowBuffer)");
+    if (kind == LEAF_FLOAT ? !rows
+                           : kind != LEAF_NONE && !PyList_CheckExact(list)
+                                 && !(kind == LEAF_ARRAY && rows)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "a leaf's values go to a list (an array's or a packed float's to a "
+                        "RowBuffer)");
         return -1;
     }
     if (rows && ((RowBuffer *)list)->row != nbytes) {
-        PyErr_SetString(PyExc_ValueError, "an array leaf's RowBuffer holds rows of nbytes");
+        PyErr_SetString(PyExc_ValueError, "a leaf's RowBuffer holds rows of nbytes");
         return -1;
     }
     if (kind == LEAF_NONE) {
         /* nothing to check */
+    } else if (kind == LEAF_FLOAT) {
+        if (nbytes != 4 && nbytes != 8) {
+            PyErr_SetString(PyExc_ValueError, "a float leaf packs 4 or 8 bytes");
+            return -1;
+        }
     } else if (kind == LEAF_ARRAY) {
         if (!PyArray_DescrCheck(dtype) || PyTuple_GET_SIZE(shape) > NPY_MAXDIMS || nbytes < 0) {
             PyErr_SetString(PyExc_ValueError, "an array leaf needs a dtype, a shape and nbytes");
@@ -656,7 +739,8 @@ PyInit__step_kernel(void)
         || PyModule_AddIntConstant(m, "LEAF_INT", LEAF_INT) < 0
         || PyModule_AddIntConstant(m, "LEAF_SCALAR", LEAF_SCALAR) < 0
         || PyModule_AddIntConstant(m, "LEAF_ARRAY", LEAF_ARRAY) < 0
-        || PyModule_AddIntConstant(m, "LEAF_NONE", LEAF_NONE) < 0) {
+        || PyModule_AddIntConstant(m, "LEAF_NONE", LEAF_NONE) < 0
+        || PyModule_AddIntConstant(m, "LEAF_FLOAT", LEAF_FLOAT) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,10 +1,12 @@
 """The per-field columns of the episode buffer: how each kind of value is kept between steps.
 
-Scalars go to Python lists (cast at episode end), small fixed-shape rows to
-lists of bytes, text and TFDS-encoded values to lists, and large rows and
-images to recycled chunks (2 MiB, 8 MB for images) from the recorder's `BufferPool`
-(image chunks in shared memory, where the encoding processes read them, once
-those run: until then ordinary memory, cheaper to fault in).
+Scalars go to Python lists (cast at episode end; float32 and float64 ones,
+where the C step is built, into a buffer packed at the step), small
+fixed-shape rows to lists of bytes (one buffer, with the C step), text and
+TFDS-encoded values to lists, and large rows and images to recycled chunks
+(2 MiB, 8 MB for images) from the recorder's `BufferPool` (image chunks in
+shared memory, where the encoding processes read them, once those run: until
+then ordinary memory, cheaper to fault in).
 Every value is checked at the step (`record.values`) and copied: envs often
 reuse their arrays.
 """
@@ -42,7 +44,9 @@ def _fast_scalar_types(dtype: np.dtype) -> frozenset:
     if dtype.kind == "b":
         return frozenset((bool, np.bool_))
     if dtype.kind == "f":
-        return frozenset((float, int, np.float64, np.float32, np.float16, np.int64, np.int32))
+        # Not np.int64: the end's struct cast goes through a double, numpy's (and
+        # TFDS's) straight to float32, which rounds some values above 2**53 apart.
+        return frozenset((float, int, np.float64, np.float32, np.float16, np.int32))
     if dtype == np.int64:
         # Python ints outside int64 are caught at the step (see _ScalarColumn).
         return frozenset(
@@ -73,6 +77,7 @@ _STRUCT_CODES = (
 # little-endian machine): its columns are handed over packed (`PackedColumn`).
 _F4 = np.dtype(np.float32)
 _PACKED_FLOAT = _F4 if sys.byteorder == "little" else None
+_FLOATS = (_F4, np.dtype(np.float64))
 
 
 def _packed_ints(items: list[Any], dtype: np.dtype) -> PackedColumn | None:
@@ -213,6 +218,70 @@ class _ScalarColumn:
                         "(out of int64 range)",
                     ) from None
             raise
+
+
+class _PackedFloatColumn:
+    """A float32 or float64 scalar field, packed at the step (where the C step is built).
+
+    Each value goes into a `RowBuffer` as the dtype's bytes, cast as numpy
+    casts it (`RowBuffer.append_number`: a float, an np.float32 or an int the
+    dtype holds exactly; anything else through `cast_value`), so the episode's
+    end takes the bytes as they are: no list of Python numbers to keep and
+    convert. The values are those of `_ScalarColumn`'s cast at the end.
+    """
+
+    __slots__ = ("field", "dtype", "rows", "append", "_exact")
+
+    def __init__(self, field: field_specs.FieldSpec, row_buffer: Any):
+        self.field = field
+        self.dtype = field.dtype
+        self.rows = row_buffer(self.dtype.itemsize)
+        # Python ints the dtype holds exactly: taken in the compiled step's test.
+        self._exact = 1 << (24 if self.dtype.itemsize == 4 else 53)
+        put, push = self.rows.append_number, self.rows.append
+
+        def append(value: Any) -> None:
+            if not put(value):
+                push(cast_value(field, value).tobytes())
+
+        self.append = append
+
+    def inline_names(self) -> dict[str, Any]:
+        return {"floats": _EXACT_FLOATS, "put": self.rows.append_number}
+
+    def inline_source(self) -> tuple[str, str]:
+        """The test and the append of `record.appender.compile_step_add` (what `put` takes)."""
+        limit = self._exact
+        test = f"type({{v}}) in {{floats}} or (type({{v}}) is int and -{limit} <= {{v}} <= {limit})"
+        return test, "{put}({v})"
+
+    def zero_append(self, zero: Any) -> tuple[Callable[[], int], Callable[[Any], None], Any]:
+        """(size, push, value) that `EpisodeBuffer.finish` uses to add the final step's zero."""
+        return self.rows.__len__, self.rows.append, np.array(zero, dtype=self.dtype).tobytes()
+
+    def kernel_leaf(self) -> tuple:
+        """The same test and append for the C step (`record.step_kernel`)."""
+        return ("float", self.rows, None, False, self.dtype, (), self.dtype.itemsize)
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+    def truncate(self, n: int) -> None:
+        self.rows.truncate(n)
+
+    def reset(self) -> None:
+        self.rows.clear()  # values() copied them; the appenders keep this buffer
+
+    def values(self) -> np.ndarray | PackedColumn:
+        data = self.rows.take()
+        if self.dtype == _PACKED_FLOAT:
+            return PackedColumn(data, len(self.rows), (), self.dtype)
+        return np.frombuffer(data, dtype=self.dtype)
+
+
+# The exact types `RowBuffer.append_number` always takes (np.float64 is a float).
+_EXACT_FLOATS = frozenset((float, np.float64, np.float32))
 
 
 # Rows at least this large are copied into recycled buffers instead.
@@ -628,12 +697,22 @@ def make_column(
     field: field_specs.FieldSpec,
     pool: BufferPool,
     stream: frame_stream.FrameStream | None = None,
-) -> _ArrayColumn | LargeArrayColumn | _ScalarColumn | _ListColumn | _StreamedImageColumn:
+) -> (
+    _ArrayColumn
+    | LargeArrayColumn
+    | _ScalarColumn
+    | _PackedFloatColumn
+    | _ListColumn
+    | _StreamedImageColumn
+):
     if stream is not None:
         return _StreamedImageColumn(field, stream)
     if field.kind in (field_specs.PNG, field_specs.JPEG) and None not in field.shape:
         return _ImageColumn(field, pool)
     if field.kind in (field_specs.FLOAT, field_specs.INT) and field.shape == ():
+        row_buffer = step_kernel.row_buffer_type()
+        if row_buffer is not None and field.kind == field_specs.FLOAT and field.dtype in _FLOATS:
+            return _PackedFloatColumn(field, row_buffer)
         return _ScalarColumn(field)
     if field.kind in (field_specs.FLOAT, field_specs.INT, field_specs.BYTES, field_specs.ZLIB):
         if field.row_nbytes >= _LARGE_ROW:

@@ -332,11 +332,14 @@ class Recording:
             # take it only when that is the column's dtype too.
             if action[0] != "array" or action[4] != getattr(self.convert_action, "dtype", None):
                 return None
-        if self.default_reward and reward[0] != "none":
+        if self.default_reward and reward[0] == "scalar":
             # float(reward) is the reward itself only for a float: others go to `after`.
             if float not in (reward[2] or ()):
                 return None
             reward = ("scalar", reward[1], frozenset({float}), True, *reward[4:])
+        elif self.default_reward and reward[0] not in ("none", "float"):
+            # (A packed float column stores float(reward)'s bytes for what it takes.)
+            return None
         return step_kernel.step_kernel(
             env_step,
             (tuple, 5),  # (obs, reward, terminated, truncated, info)

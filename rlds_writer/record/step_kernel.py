@@ -33,6 +33,7 @@ _KINDS = {
     "scalar": "LEAF_SCALAR",
     "array": "LEAF_ARRAY",
     "none": "LEAF_NONE",
+    "float": "LEAF_FLOAT",
 }
 # The leaf of a step argument the dataset has no field for: not looked at.
 NO_FIELD = ("none", None, None, False, None, (), 0)

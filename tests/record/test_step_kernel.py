@@ -133,6 +133,21 @@ _EPISODES: list[list[tuple[Any, Callable[[], dm_env.TimeStep]]]] = [
         (1, _mid(0.5, _obs(2))),
         (1, _last()),
     ],  # fmt: skip
+    # Rewards and discounts of every kind, packed at the step (the C step takes a
+    # float, np.float32/64 and an int float32 holds exactly) or cast by numpy.
+    [
+        (1, _mid(3, _obs(1), 1)),
+        (1, _mid(2**24, _obs(2), np.float64(0.5))),
+        (1, _mid(2**24 + 1, _obs(3), np.float32(0.25))),
+        (1, _mid(np.float64(0.1), _obs(4))),
+        (1, _mid(np.float32(0.3), _obs(5))),
+        (1, _mid(np.float16(0.7), _obs(6))),
+        (1, _mid(1e39, _obs(7))),
+        (1, _mid(-0.0, _obs(8))),
+        (1, _mid(float("nan"), _obs(9))),
+        (1, _mid(np.int32(-5), _obs(10))),
+        (1, _last(-(2**24))),
+    ],
 ]
 
 
@@ -163,8 +178,9 @@ def _shards(path: Path) -> dict[str, bytes]:
 def test_the_c_step_records_the_same_shards_and_raises_the_same_errors(tmp_path, monkeypatch):
     if not step_kernel.available():
         pytest.skip("the C step is not built (no C compiler at install)")
-    c_errors, c_kinds = _record(tmp_path / "c", False, monkeypatch)
-    py_errors, py_kinds = _record(tmp_path / "py", True, monkeypatch)
+    with np.errstate(over="ignore"):  # 1e39 is float32 inf, as TFDS casts it
+        c_errors, c_kinds = _record(tmp_path / "c", False, monkeypatch)
+        py_errors, py_kinds = _record(tmp_path / "py", True, monkeypatch)
     assert c_kinds == {"StepKernel"} and py_kinds == {"function"}
     assert c_errors == py_errors
     assert any("out of range" in e for e in c_errors)
@@ -172,10 +188,18 @@ def test_the_c_step_records_the_same_shards_and_raises_the_same_errors(tmp_path,
     c_shards, py_shards = _shards(tmp_path / "c"), _shards(tmp_path / "py")
     assert c_shards and c_shards == py_shards
     episodes = load_episodes(tmp_path / "c")
-    assert len(episodes) == 9  # the restart splits one env episode in two
+    assert len(episodes) == 10  # the restart splits one env episode in two
     np.testing.assert_array_equal(episodes[0]["steps"][1]["observation"], _obs(1))
     np.testing.assert_array_equal(episodes[1]["steps"][3]["observation"], _fortran())
     np.testing.assert_array_equal(episodes[1]["steps"][4]["observation"], _strided())
+    rewards = [s["reward"] for s in episodes[9]["steps"]]
+    expected = np.float32(
+        [3, 2**24, 2**24, 0.1, 0.3, np.float16(0.7), np.inf, -0.0, np.nan, -5, -(2**24), 0]
+    )
+    assert np.array_equal(rewards, expected, equal_nan=True)
+    assert [np.signbit(r) for r in rewards[7:9]] == [True, False]
+    discounts = [s["discount"] for s in episodes[9]["steps"]]
+    assert discounts == [1, 0.5, 0.25] + [1] * 7 + [0, 0]
 
 
 def test_the_c_step_takes_the_catch_layout_and_leaves_others_to_the_python_step(tmp_path):
@@ -295,8 +319,8 @@ def _gym_result(reward: Any, obs: Any, terminated: Any = False, truncated: Any =
 _GYM_EPISODES = [
     # Taken by the C step, then the end.
     [_gym_result(0.5, _obs(1)), _gym_result(-1.0, _obs(2)), _gym_result(1.0, _obs(3), True)],
-    # Left to the Python step: a numpy reward (float() of it), numpy bools, a
-    # Fortran-order observation, a list; then a float64 observation, refused
+    # Left to the Python step: numpy bools, a Fortran-order observation, a
+    # list (a numpy reward too, where the column is a list); then a float64 observation, refused
     # (a float32 Box): the episode is cut short there.
     [
         _gym_result(np.float32(0.25), _obs(1)),
@@ -312,6 +336,14 @@ _GYM_EPISODES = [
         _gym_result(0.5, np.zeros((2, 3), np.float32)),
         _gym_result(0.5, _obs(3)),
         _gym_result(0.5, _obs(4), True),
+    ],
+    # Rewards of other types: float() of each, as the Python step stores it.
+    [
+        _gym_result(2, _obs(1)),
+        _gym_result(np.float64(0.1), _obs(2)),
+        _gym_result(2**24 + 1, _obs(3)),
+        _gym_result(np.float16(0.3), _obs(4)),
+        _gym_result(-(2**24), _obs(5), True),
     ],
 ]
 
@@ -352,7 +384,9 @@ def test_record_rlds_c_step_records_the_same_shards_as_its_python_step(
     c_shards = _shards(tmp_path / "c")
     assert c_shards and c_shards == _shards(tmp_path / "py")
     episodes = load_episodes(tmp_path / "c")
-    assert [len(e["steps"]) for e in episodes] == [4, 5, 2]
+    assert [len(e["steps"]) for e in episodes] == [4, 5, 2, 6]
+    rewards = [float(s["reward"]) for s in episodes[3]["steps"]]
+    assert rewards == [2, np.float32(0.1), 2**24, np.float32(np.float16(0.3)), -(2**24), 0]
     np.testing.assert_array_equal(episodes[1]["steps"][3]["observation"], _fortran())
 
 
@@ -496,3 +530,26 @@ def test_a_row_buffer_keeps_rows_end_to_end_and_refuses_a_row_of_another_size():
     big.clear()
     big.append(b"\x01" * 4096)
     assert big.take() == b"\x01" * 4096
+
+
+def test_a_row_buffer_packs_numbers_as_numpy_casts_them_and_refuses_the_rest():
+    if not step_kernel.available():
+        pytest.skip("the C step is not built (no C compiler at install)")
+    taken = [1.5, np.float64(0.1), np.float32(0.3), 7, -(2**24), 2**24, -0.0, 1e39, float("nan")]
+    refused = [2**24 + 1, 2**70, True, np.float16(1), np.int64(2), "1", None, np.array(1.0)]
+    f32 = step_kernel.row_buffer_type()(4)
+    f64 = step_kernel.row_buffer_type()(8)
+    for value in taken:
+        assert f32.append_number(value) is True and f64.append_number(value) is True
+    for value in refused[:1]:  # float64 holds it exactly: taken there only
+        assert f32.append_number(value) is False and f64.append_number(value) is True
+    for value in refused[1:]:
+        assert f32.append_number(value) is False and f64.append_number(value) is False
+    assert len(f32) == len(taken) and len(f64) == len(taken) + 1
+    with np.errstate(over="ignore"):
+        expected32 = np.array([np.float32(v) for v in taken], np.float32)
+    assert f32.take() == expected32.tobytes()  # NaN and -0.0 bit for bit
+    expected64 = np.array([np.float64(v) for v in taken + [2**24 + 1]], np.float64)
+    assert f64.take() == expected64.tobytes()
+    with pytest.raises(TypeError, match="rows of 4 or 8 bytes"):
+        step_kernel.row_buffer_type()(2).append_number(1.0)
