@@ -9,8 +9,8 @@
  * passes the same test as the generated Python step (record/appender.py),
  * appends the action, reward, discount and a copy of the observation to the
  * columns (a list, or for an array a `RowBuffer`: the rows end to end in one
- * growing buffer; a float32 or float64 scalar goes into one packed, as numpy
- * casts it) and counts the step. Anything else (another step type, an
+ * growing buffer; a float32, float64 or int64 scalar goes into one packed, as
+ * numpy casts it) and counts the step. Anything else (another step type, an
  * episode's end, a value to cast or refuse, a buffer before `start`) goes to
  * `after(action, result)`, the Python step without the env call, which
  * decides as always. So the kernel never refuses a value: it only takes the
@@ -172,6 +172,86 @@ rows_append_number(RowBuffer *b, PyObject *value)
     Py_RETURN_TRUE;
 }
 
+/* A value of an int64 scalar column: a Python int within int64, or a numpy
+ * integer scalar of at most 32 bits or int64 (each holds its value exactly).
+ * 1: taken (*out set); 0: anything else, left to the Python step (which
+ * refuses an int out of range by name, or casts); -1: an error is set. */
+static int
+int_value(PyObject *v, long long *out)
+{
+    PyTypeObject *t = Py_TYPE(v);
+    if (t == &PyLong_Type) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        if (overflow) return 0;
+        *out = x;
+        return 1;
+    }
+    if (t == &PyLongArrType_Type) *out = (long long)PyArrayScalar_VAL(v, Long);
+    else if (t == &PyLongLongArrType_Type) *out = (long long)PyArrayScalar_VAL(v, LongLong);
+    else if (t == &PyIntArrType_Type) *out = PyArrayScalar_VAL(v, Int);
+    else if (t == &PyShortArrType_Type) *out = PyArrayScalar_VAL(v, Short);
+    else if (t == &PyByteArrType_Type) *out = PyArrayScalar_VAL(v, Byte);
+    else if (t == &PyUIntArrType_Type) *out = PyArrayScalar_VAL(v, UInt);
+    else if (t == &PyUShortArrType_Type) *out = PyArrayScalar_VAL(v, UShort);
+    else if (t == &PyUByteArrType_Type) *out = PyArrayScalar_VAL(v, UByte);
+    else return 0;
+    /* np.long is 32 bits on some platforms, and np.uint (unsigned long) is not
+     * taken: every type above holds its values in int64. */
+    return 1;
+}
+
+static void
+rows_put_int(RowBuffer *b, long long x)
+{
+    int64_t v = (int64_t)x;
+    memcpy(b->data + b->len, &v, 8);
+    b->len += 8;
+}
+
+static PyObject *
+rows_append_int(RowBuffer *b, PyObject *value)
+{
+    long long x;
+    if (b->row != 8) {
+        PyErr_SetString(PyExc_TypeError, "RowBuffer.append_int: rows of 8 bytes only");
+        return NULL;
+    }
+    int taken = int_value(value, &x);
+    if (taken < 0) return NULL;
+    if (!taken) Py_RETURN_FALSE;
+    if (rows_reserve(b, 8) < 0) return NULL;
+    rows_put_int(b, x);
+    Py_RETURN_TRUE;
+}
+
+/* An int64 column's values as one byte each (their packed varints) if all lie
+ * in [0, 128), else None. */
+static PyObject *
+rows_take_small_ints(RowBuffer *b, PyObject *Py_UNUSED(ignored))
+{
+    if (b->row != 8) {
+        PyErr_SetString(PyExc_TypeError, "RowBuffer.take_small_ints: rows of 8 bytes only");
+        return NULL;
+    }
+    Py_ssize_t n = b->len / 8;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t v;
+        memcpy(&v, b->data + 8 * i, 8);
+        if (v < 0 || v > 127) Py_RETURN_NONE;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (out == NULL) return NULL;
+    char *dst = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t v;
+        memcpy(&v, b->data + 8 * i, 8);
+        dst[i] = (char)v;
+    }
+    return out;
+}
+
 static PyObject *
 rows_truncate(RowBuffer *b, PyObject *arg)
 {
@@ -216,6 +296,11 @@ static PyMethodDef rows_methods[] = {
     {"clear", (PyCFunction)rows_clear, METH_NOARGS,
      "clear(): no rows (the memory stays, up to 8 MiB)"},
     {"take", (PyCFunction)rows_take, METH_NOARGS, "take(): the rows end to end, as bytes"},
+    {"append_int", (PyCFunction)rows_append_int, METH_O,
+     "append_int(x): appends a Python int within int64 or a numpy integer of at most 32 bits\n"
+     "or int64 as an int64 (8-byte rows); False (nothing appended) for anything else"},
+    {"take_small_ints", (PyCFunction)rows_take_small_ints, METH_NOARGS,
+     "take_small_ints(): int64 rows as one byte each if all lie in [0, 128), else None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -242,12 +327,13 @@ enum {
     LEAF_ARRAY = 2,  /* a numpy.ndarray of exactly `dtype` and `shape`: its bytes */
     LEAF_NONE = 3,   /* the dataset has no such field: the value is not looked at */
     LEAF_FLOAT = 4,  /* a float32 or float64 scalar packed into a RowBuffer (`float_value`) */
+    LEAF_INT64 = 5,  /* an int64 scalar packed into a RowBuffer (`int_value`) */
 };
 
 typedef struct {
     int kind;
     int float_first;
-    PyObject *list;  /* the column's list of values, or its RowBuffer (LEAF_ARRAY, LEAF_FLOAT) */
+    PyObject *list;  /* the column's list of values, or its RowBuffer (LEAF_ARRAY, FLOAT, INT64) */
     int rows;        /* list is a RowBuffer */
     PyObject *types; /* a (frozen)set of types, or None */
     PyObject *dtype; /* LEAF_ARRAY: the numpy dtype object, or None */
@@ -283,17 +369,25 @@ typedef struct {
 
 static PyObject *s_num_steps, *s_tobytes, *s_rollback, *s_action;
 
-/* 1: the value is appended as it is (a LEAF_FLOAT's as *f); 0: the Python
+/* A packed leaf's value, as it goes into its RowBuffer. */
+typedef union {
+    double f;
+    long long i;
+} Packed;
+
+/* 1: the value is appended as it is (a packed leaf's as *p); 0: the Python
  * step decides; -1: an error is set. */
 static int
-leaf_takes(const Leaf *leaf, PyObject *v, double *f)
+leaf_takes(const Leaf *leaf, PyObject *v, Packed *p)
 {
     PyTypeObject *t = Py_TYPE(v);
     switch (leaf->kind) {
     case LEAF_NONE:
         return 1;
     case LEAF_FLOAT:
-        return float_value(v, leaf->nbytes, f);
+        return float_value(v, leaf->nbytes, &p->f);
+    case LEAF_INT64:
+        return int_value(v, &p->i);
     case LEAF_INT:
         if (t == &PyLong_Type) {
             int overflow;
@@ -359,12 +453,12 @@ kernel_take(StepKernel *k, PyObject *action, PyObject *ts)
     if (n <= 0) return hand_over(k, action, ts); /* not started: the Python step says so */
 
     PyObject *values[N_LEAVES] = {action};
-    double floats[N_LEAVES];
+    Packed packed[N_LEAVES];
     for (int i = 1; i < N_LEAVES; i++)
         values[i] = k->source_index[i - 1] >= 0 ? PyTuple_GET_ITEM(ts, k->source_index[i - 1])
                                                 : k->source_value[i - 1];
     for (int i = 0; i < N_LEAVES; i++) {
-        int takes = leaf_takes(&k->leaves[i], values[i], &floats[i]);
+        int takes = leaf_takes(&k->leaves[i], values[i], &packed[i]);
         if (takes < 0) goto error;
         if (!takes) return hand_over(k, action, ts);
     }
@@ -402,7 +496,11 @@ kernel_take(StepKernel *k, PyObject *action, PyObject *ts)
         if (!k->leaves[i].rows) continue;
         RowBuffer *b = (RowBuffer *)k->leaves[i].list;
         if (k->leaves[i].kind == LEAF_FLOAT) {
-            rows_put_float(b, floats[i]);
+            rows_put_float(b, packed[i].f);
+            continue;
+        }
+        if (k->leaves[i].kind == LEAF_INT64) {
+            rows_put_int(b, packed[i].i);
             continue;
         }
         const char *src = items[i] != NULL ? PyBytes_AS_STRING(items[i])
@@ -490,11 +588,11 @@ parse_leaf(Leaf *leaf, PyObject *spec)
                           &nbytes))
         return -1;
     int rows = Py_IS_TYPE(list, &RowBufferType);
-    if (kind == LEAF_FLOAT ? !rows
+    if (kind == LEAF_FLOAT || kind == LEAF_INT64 ? !rows
                            : kind != LEAF_NONE && !PyList_CheckExact(list)
                                  && !(kind == LEAF_ARRAY && rows)) {
         PyErr_SetString(PyExc_TypeError,
-                        "a leaf's values go to a list (an array's or a packed float's to a "
+                        "a leaf's values go to a list (an array's or a packed scalar's to a "
                         "RowBuffer)");
         return -1;
     }
@@ -507,6 +605,11 @@ parse_leaf(Leaf *leaf, PyObject *spec)
     } else if (kind == LEAF_FLOAT) {
         if (nbytes != 4 && nbytes != 8) {
             PyErr_SetString(PyExc_ValueError, "a float leaf packs 4 or 8 bytes");
+            return -1;
+        }
+    } else if (kind == LEAF_INT64) {
+        if (nbytes != 8) {
+            PyErr_SetString(PyExc_ValueError, "an int64 leaf packs 8 bytes");
             return -1;
         }
     } else if (kind == LEAF_ARRAY) {
@@ -740,7 +843,8 @@ PyInit__step_kernel(void)
         || PyModule_AddIntConstant(m, "LEAF_SCALAR", LEAF_SCALAR) < 0
         || PyModule_AddIntConstant(m, "LEAF_ARRAY", LEAF_ARRAY) < 0
         || PyModule_AddIntConstant(m, "LEAF_NONE", LEAF_NONE) < 0
-        || PyModule_AddIntConstant(m, "LEAF_FLOAT", LEAF_FLOAT) < 0) {
+        || PyModule_AddIntConstant(m, "LEAF_FLOAT", LEAF_FLOAT) < 0
+        || PyModule_AddIntConstant(m, "LEAF_INT64", LEAF_INT64) < 0) {
         Py_DECREF(m);
         return NULL;
     }

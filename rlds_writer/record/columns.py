@@ -1,7 +1,7 @@
 """The per-field columns of the episode buffer: how each kind of value is kept between steps.
 
-Scalars go to Python lists (cast at episode end; float32 and float64 ones,
-where the C step is built, into a buffer packed at the step), small
+Scalars go to Python lists (cast at episode end; float32, float64 and int64
+ones, where the C step is built, into a buffer packed at the step), small
 fixed-shape rows to lists of bytes (one buffer, with the C step), text and
 TFDS-encoded values to lists, and large rows and images to recycled chunks
 (2 MiB, 8 MB for images) from the recorder's `BufferPool` (image chunks in
@@ -78,6 +78,7 @@ _STRUCT_CODES = (
 _F4 = np.dtype(np.float32)
 _PACKED_FLOAT = _F4 if sys.byteorder == "little" else None
 _FLOATS = (_F4, np.dtype(np.float64))
+_I8 = np.dtype(np.int64)
 
 
 def _packed_ints(items: list[Any], dtype: np.dtype) -> PackedColumn | None:
@@ -220,22 +221,47 @@ class _ScalarColumn:
             raise
 
 
-class _PackedFloatColumn:
-    """A float32 or float64 scalar field, packed at the step (where the C step is built).
+class _PackedScalars:
+    """A scalar field kept in a `RowBuffer` as its dtype's bytes, packed at the step.
 
-    Each value goes into a `RowBuffer` as the dtype's bytes, cast as numpy
-    casts it (`RowBuffer.append_number`: a float, an np.float32 or an int the
-    dtype holds exactly; anything else through `cast_value`), so the episode's
-    end takes the bytes as they are: no list of Python numbers to keep and
-    convert. The values are those of `_ScalarColumn`'s cast at the end.
+    Where the C step is built, float32, float64 and int64 scalar fields
+    (rewards, discounts, actions) go into one buffer instead of a list of
+    Python numbers converted at the episode's end; the values are the same
+    (`_ScalarColumn`'s cast). Subclasses say what is packed and how the
+    column leaves the buffer.
     """
 
-    __slots__ = ("field", "dtype", "rows", "append", "_exact")
+    __slots__ = ("field", "dtype", "rows", "append")
 
     def __init__(self, field: field_specs.FieldSpec, row_buffer: Any):
         self.field = field
         self.dtype = field.dtype
         self.rows = row_buffer(self.dtype.itemsize)
+
+    def zero_append(self, zero: Any) -> tuple[Callable[[], int], Callable[[Any], None], Any]:
+        """(size, push, value) that `EpisodeBuffer.finish` uses to add the final step's zero."""
+        return self.rows.__len__, self.rows.append, np.array(zero, dtype=self.dtype).tobytes()
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+    def truncate(self, n: int) -> None:
+        self.rows.truncate(n)
+
+    def reset(self) -> None:
+        self.rows.clear()  # values() copied them; the appenders keep this buffer
+
+
+class _PackedFloatColumn(_PackedScalars):
+    """A float32 or float64 scalar field: each value cast as numpy casts it
+    (`RowBuffer.append_number`: a float, an np.float32 or an int the dtype
+    holds exactly; anything else through `cast_value`)."""
+
+    __slots__ = ("_exact",)
+
+    def __init__(self, field: field_specs.FieldSpec, row_buffer: Any):
+        super().__init__(field, row_buffer)
         # Python ints the dtype holds exactly: taken in the compiled step's test.
         self._exact = 1 << (24 if self.dtype.itemsize == 4 else 53)
         put, push = self.rows.append_number, self.rows.append
@@ -255,23 +281,9 @@ class _PackedFloatColumn:
         test = f"type({{v}}) in {{floats}} or (type({{v}}) is int and -{limit} <= {{v}} <= {limit})"
         return test, "{put}({v})"
 
-    def zero_append(self, zero: Any) -> tuple[Callable[[], int], Callable[[Any], None], Any]:
-        """(size, push, value) that `EpisodeBuffer.finish` uses to add the final step's zero."""
-        return self.rows.__len__, self.rows.append, np.array(zero, dtype=self.dtype).tobytes()
-
     def kernel_leaf(self) -> tuple:
         """The same test and append for the C step (`record.step_kernel`)."""
         return ("float", self.rows, None, False, self.dtype, (), self.dtype.itemsize)
-
-    @property
-    def n(self) -> int:
-        return len(self.rows)
-
-    def truncate(self, n: int) -> None:
-        self.rows.truncate(n)
-
-    def reset(self) -> None:
-        self.rows.clear()  # values() copied them; the appenders keep this buffer
 
     def values(self) -> np.ndarray | PackedColumn:
         data = self.rows.take()
@@ -280,8 +292,53 @@ class _PackedFloatColumn:
         return np.frombuffer(data, dtype=self.dtype)
 
 
+class _PackedIntColumn(_PackedScalars):
+    """An int64 scalar field: a Python int within int64 or a numpy integer that
+    int64 holds (`RowBuffer.append_int`); an int out of range is refused at the
+    step, naming the field; anything else goes through `cast_value`."""
+
+    __slots__ = ()
+
+    def __init__(self, field: field_specs.FieldSpec, row_buffer: Any):
+        super().__init__(field, row_buffer)
+        put, push = self.rows.append_int, self.rows.append
+
+        def append(value: Any) -> None:
+            if put(value):
+                return
+            if type(value) is int:
+                raise StepValueError(
+                    field.key, f"expected {field.describe()}, got int {value} (out of range)"
+                )
+            push(cast_value(field, value).tobytes())
+
+        self.append = append
+
+    def inline_names(self) -> dict[str, Any]:
+        return {"others": _EXACT_INTS, "put": self.rows.append_int}
+
+    def inline_source(self) -> tuple[str, str]:
+        """The test and the append of `record.appender.compile_step_add` (what `put` takes)."""
+        bounds = f"{INT64_MIN} <= {{v}} <= {INT64_MAX}"
+        return f"type({{v}}) is int and {bounds} or type({{v}}) in {{others}}", "{put}({v})"
+
+    def kernel_leaf(self) -> tuple:
+        """The same test and append for the C step (`record.step_kernel`)."""
+        return ("int64", self.rows, None, False, self.dtype, (), 8)
+
+    def values(self) -> np.ndarray | PackedColumn:
+        small = self.rows.take_small_ints()
+        if small is not None:  # one-byte varints, as `_packed_ints`
+            return PackedColumn(small, len(self.rows), (), self.dtype)
+        return np.frombuffer(self.rows.take(), dtype=self.dtype)
+
+
 # The exact types `RowBuffer.append_number` always takes (np.float64 is a float).
 _EXACT_FLOATS = frozenset((float, np.float64, np.float32))
+# The numpy integers `RowBuffer.append_int` takes (each holds its values in int64).
+_EXACT_INTS = frozenset(
+    (np.int64, np.longlong, np.int32, np.int16, np.int8, np.uint8, np.uint16, np.uint32)
+)
 
 
 # Rows at least this large are copied into recycled buffers instead.
@@ -702,6 +759,7 @@ def make_column(
     | LargeArrayColumn
     | _ScalarColumn
     | _PackedFloatColumn
+    | _PackedIntColumn
     | _ListColumn
     | _StreamedImageColumn
 ):
@@ -713,6 +771,8 @@ def make_column(
         row_buffer = step_kernel.row_buffer_type()
         if row_buffer is not None and field.kind == field_specs.FLOAT and field.dtype in _FLOATS:
             return _PackedFloatColumn(field, row_buffer)
+        if row_buffer is not None and field.kind == field_specs.INT and field.dtype == _I8:
+            return _PackedIntColumn(field, row_buffer)
         return _ScalarColumn(field)
     if field.kind in (field_specs.FLOAT, field_specs.INT, field_specs.BYTES, field_specs.ZLIB):
         if field.row_nbytes >= _LARGE_ROW:

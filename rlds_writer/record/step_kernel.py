@@ -34,6 +34,7 @@ _KINDS = {
     "array": "LEAF_ARRAY",
     "none": "LEAF_NONE",
     "float": "LEAF_FLOAT",
+    "int64": "LEAF_INT64",
 }
 # The leaf of a step argument the dataset has no field for: not looked at.
 NO_FIELD = ("none", None, None, False, None, (), 0)

@@ -79,6 +79,7 @@ def _finish(features, episode: EpisodeSpec):
 EPISODES = {
     "packed": _episode([0, 1, 2, 127], [0.5, -1.25, 3.0, 1e-3], [0, 5, 127, 1, 2]),
     "action 128 and up": _episode([1, 128, 300, 2**40], [0.5] * 4, [0, 1, 2, 3, 4]),
+    "action 128 alone": _episode([1, 128, 2, 3], [0.5] * 4, [0, 1, 2, 3, 4]),
     "negative action": _episode([1, -1, -(2**63), 2**63 - 1], [0.5] * 4, [0, -7, 2, 3, 4]),
     "reward beyond float32": _episode([1, 2], [1e300, np.float32(2.5)], [0, 1, 200]),
     "numpy scalars": _episode([np.int64(3), np.int32(4)], [np.float32(0.5), 2], [1, 2, 3]),

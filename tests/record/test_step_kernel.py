@@ -148,6 +148,18 @@ _EPISODES: list[list[tuple[Any, Callable[[], dm_env.TimeStep]]]] = [
         (1, _mid(np.int32(-5), _obs(10))),
         (1, _last(-(2**24))),
     ],
+    # Actions of every integer kind, packed at the step (one byte each while all
+    # lie in [0, 128), else int64) or cast.
+    [
+        (np.uint32(7), _mid(0.5, _obs(1))),
+        (np.int8(-3), _mid(0.5, _obs(2))),
+        (np.longlong(5), _mid(0.5, _obs(3))),
+        (np.uint16(128), _mid(0.5, _obs(4))),
+        (2**63 - 1, _mid(0.5, _obs(5))),
+        (-(2**63), _mid(0.5, _obs(6))),
+        (np.uint64(9), _mid(0.5, _obs(7))),
+        (np.bool_(True), _last()),
+    ],
 ]
 
 
@@ -188,7 +200,7 @@ def test_the_c_step_records_the_same_shards_and_raises_the_same_errors(tmp_path,
     c_shards, py_shards = _shards(tmp_path / "c"), _shards(tmp_path / "py")
     assert c_shards and c_shards == py_shards
     episodes = load_episodes(tmp_path / "c")
-    assert len(episodes) == 10  # the restart splits one env episode in two
+    assert len(episodes) == 11  # the restart splits one env episode in two
     np.testing.assert_array_equal(episodes[0]["steps"][1]["observation"], _obs(1))
     np.testing.assert_array_equal(episodes[1]["steps"][3]["observation"], _fortran())
     np.testing.assert_array_equal(episodes[1]["steps"][4]["observation"], _strided())
@@ -200,6 +212,8 @@ def test_the_c_step_records_the_same_shards_and_raises_the_same_errors(tmp_path,
     assert [np.signbit(r) for r in rewards[7:9]] == [True, False]
     discounts = [s["discount"] for s in episodes[9]["steps"]]
     assert discounts == [1, 0.5, 0.25] + [1] * 7 + [0, 0]
+    actions = [int(s["action"]) for s in episodes[10]["steps"]]
+    assert actions == [7, -3, 5, 128, 2**63 - 1, -(2**63), 9, 1, 0]
 
 
 def test_the_c_step_takes_the_catch_layout_and_leaves_others_to_the_python_step(tmp_path):
@@ -553,3 +567,25 @@ def test_a_row_buffer_packs_numbers_as_numpy_casts_them_and_refuses_the_rest():
     assert f64.take() == expected64.tobytes()
     with pytest.raises(TypeError, match="rows of 4 or 8 bytes"):
         step_kernel.row_buffer_type()(2).append_number(1.0)
+
+
+def test_a_row_buffer_packs_int64s_and_gives_small_ones_as_one_byte_each():
+    if not step_kernel.available():
+        pytest.skip("the C step is not built (no C compiler at install)")
+    taken = [0, 127, np.int64(3), np.longlong(4), np.int32(5), np.int16(6), np.int8(7)]
+    taken += [np.uint8(8), np.uint16(9), np.uint32(10)]
+    refused = [2**63, -(2**63) - 1, True, np.uint64(1), 1.0, np.float32(1), "1", None]
+    rows = step_kernel.row_buffer_type()(8)
+    for value in taken:
+        assert rows.append_int(value) is True
+    for value in refused:
+        assert rows.append_int(value) is False
+    assert rows.take_small_ints() == bytes(int(v) for v in taken)
+    assert rows.take() == np.array(taken, np.int64).tobytes()
+    for big in (128, -1, 2**63 - 1, -(2**63)):
+        rows.append_int(big)
+        assert rows.take_small_ints() is None
+        rows.truncate(len(taken))
+        assert rows.take_small_ints() is not None
+    with pytest.raises(TypeError, match="rows of 8 bytes"):
+        step_kernel.row_buffer_type()(4).append_int(1)
