@@ -352,6 +352,9 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *env_step;
+    /* A bound method's function and self (env_step's): called as function(self,
+     * action), without the method object's call (which copies the arguments). */
+    PyObject *step_function, *step_self;
     PyObject *result_type;  /* the exact type of the env's result (a tuple type) */
     Py_ssize_t result_size;
     int n_checks;
@@ -552,7 +555,14 @@ kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject
         return NULL;
     }
     PyObject *action = args[0];
-    PyObject *ts = PyObject_Vectorcall(k->env_step, &action, 1, NULL);
+    PyObject *ts;
+    if (k->step_function != NULL) {
+        PyObject *call[2] = {k->step_self, action};
+        ts = PyObject_Vectorcall(k->step_function, call, 2, NULL);
+    } else {
+        PyObject *call[2] = {NULL, action}; /* room for the callee's self */
+        ts = PyObject_Vectorcall(k->env_step, call + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
     if (ts == NULL) return NULL;
     return kernel_take(k, action, ts);
 }
@@ -667,6 +677,8 @@ static int
 kernel_traverse(StepKernel *k, visitproc visit, void *arg)
 {
     Py_VISIT(k->env_step);
+    Py_VISIT(k->step_function);
+    Py_VISIT(k->step_self);
     Py_VISIT(k->result_type);
     for (int i = 0; i < k->n_checks; i++) Py_VISIT(k->check_value[i]);
     for (int i = 0; i < N_LEAVES - 1; i++) Py_VISIT(k->source_value[i]);
@@ -684,6 +696,8 @@ static int
 kernel_clear(StepKernel *k)
 {
     Py_CLEAR(k->env_step);
+    Py_CLEAR(k->step_function);
+    Py_CLEAR(k->step_self);
     Py_CLEAR(k->result_type);
     for (int i = 0; i < k->n_checks; i++) Py_CLEAR(k->check_value[i]);
     for (int i = 0; i < N_LEAVES - 1; i++) Py_CLEAR(k->source_value[i]);
@@ -749,6 +763,10 @@ kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (k == NULL) return NULL;
     k->vectorcall = kernel_vectorcall;
     k->env_step = Py_NewRef(env_step);
+    if (PyMethod_Check(env_step)) {
+        k->step_function = Py_NewRef(PyMethod_GET_FUNCTION(env_step));
+        k->step_self = Py_NewRef(PyMethod_GET_SELF(env_step));
+    }
     k->result_type = Py_NewRef(result_type);
     k->result_size = result_size;
     k->after = Py_NewRef(after);
