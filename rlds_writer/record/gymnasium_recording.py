@@ -338,7 +338,8 @@ class Recording:
                 return None
             reward = ("scalar", reward[1], frozenset({float}), True, *reward[4:])
         elif self.default_reward and reward[0] not in ("none", "float"):
-            # (A packed float column stores float(reward)'s bytes for what it takes.)
+            # A packed float column takes only what float() leaves as it is (a
+            # float, np.float32/64, an int it holds exactly): the same bytes.
             return None
         return step_kernel.step_kernel(
             env_step,
