@@ -113,6 +113,19 @@ rows_append(RowBuffer *b, PyObject *value)
     Py_RETURN_NONE;
 }
 
+/* A Python int (exactly) within [lo, hi]: 1 (*out set), 0 (outside it, or
+ * past long long), -1 (an error is set). */
+static int
+long_within(PyObject *v, long long lo, long long hi, long long *out)
+{
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (overflow || x < lo || x > hi) return 0;
+    *out = x;
+    return 1;
+}
+
 /* A value of a scalar float column of `row` bytes (4: float32, 8: float64) as
  * a double that C's cast turns into what numpy's gives: a Python float
  * (np.float64 is one), an np.float32, or a Python int the dtype holds exactly
@@ -131,13 +144,10 @@ float_value(PyObject *v, Py_ssize_t row, double *out)
         return 1;
     }
     if (t == &PyLong_Type) {
-        int overflow;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (x == -1 && PyErr_Occurred()) return -1;
-        long long exact = row == 4 ? (1LL << 24) : (1LL << 53);
-        if (overflow || x < -exact || x > exact) return 0;
-        *out = (double)x;
-        return 1;
+        long long exact = row == 4 ? (1LL << 24) : (1LL << 53), x;
+        int taken = long_within(v, -exact, exact, &x);
+        if (taken == 1) *out = (double)x;
+        return taken;
     }
     return 0;
 }
@@ -180,14 +190,7 @@ static int
 int_value(PyObject *v, long long *out)
 {
     PyTypeObject *t = Py_TYPE(v);
-    if (t == &PyLong_Type) {
-        int overflow;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (x == -1 && PyErr_Occurred()) return -1;
-        if (overflow) return 0;
-        *out = x;
-        return 1;
-    }
+    if (t == &PyLong_Type) return long_within(v, LLONG_MIN, LLONG_MAX, out);
     if (t == &PyLongArrType_Type) *out = (long long)PyArrayScalar_VAL(v, Long);
     else if (t == &PyLongLongArrType_Type) *out = (long long)PyArrayScalar_VAL(v, LongLong);
     else if (t == &PyIntArrType_Type) *out = PyArrayScalar_VAL(v, Int);
@@ -393,12 +396,10 @@ leaf_takes(const Leaf *leaf, PyObject *v, Packed *p)
         return int_value(v, &p->i);
     case LEAF_INT:
         if (t == &PyLong_Type) {
-            int overflow;
-            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-            if (x == -1 && PyErr_Occurred()) return -1;
             /* Out of range: the Python step refuses it, naming the field (or,
              * above int64 in a uint64 column, takes it). */
-            return !overflow && x >= leaf->lo && x <= leaf->hi;
+            long long x;
+            return long_within(v, leaf->lo, leaf->hi, &x);
         }
         return PySet_Contains(leaf->types, (PyObject *)t);
     case LEAF_SCALAR:
