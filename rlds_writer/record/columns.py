@@ -262,7 +262,8 @@ class _PackedFloatColumn(_PackedScalars):
 
     def __init__(self, field: field_specs.FieldSpec, row_buffer: Any):
         super().__init__(field, row_buffer)
-        # Python ints the dtype holds exactly: taken in the compiled step's test.
+        # Python ints the dtype holds exactly (as `float_value` in _step_kernel.c):
+        # taken in the compiled step's test.
         self._exact = 1 << (24 if self.dtype.itemsize == 4 else 53)
         put, push = self.rows.append_number, self.rows.append
 
@@ -273,13 +274,14 @@ class _PackedFloatColumn(_PackedScalars):
         self.append = append
 
     def inline_names(self) -> dict[str, Any]:
-        return {"floats": _EXACT_FLOATS, "put": self.rows.append_number}
+        return {"floats": _EXACT_FLOATS, "put": self.rows.append_number, "append": self.append}
 
     def inline_source(self) -> tuple[str, str]:
-        """The test and the append of `record.appender.compile_step_add` (what `put` takes)."""
+        """The test and the append of `record.appender.compile_step_add` (what `put` takes;
+        should the test ever pass a value it refuses, `append` casts it: none is lost)."""
         limit = self._exact
         test = f"type({{v}}) in {{floats}} or (type({{v}}) is int and -{limit} <= {{v}} <= {limit})"
-        return test, "{put}({v})"
+        return test, "{put}({v}) or {append}({v})"
 
     def kernel_leaf(self) -> tuple:
         """The same test and append for the C step (`record.step_kernel`)."""
@@ -315,12 +317,14 @@ class _PackedIntColumn(_PackedScalars):
         self.append = append
 
     def inline_names(self) -> dict[str, Any]:
-        return {"others": _EXACT_INTS, "put": self.rows.append_int}
+        return {"others": _EXACT_INTS, "put": self.rows.append_int, "append": self.append}
 
     def inline_source(self) -> tuple[str, str]:
-        """The test and the append of `record.appender.compile_step_add` (what `put` takes)."""
+        """The test and the append of `record.appender.compile_step_add` (what `put` takes;
+        should the test ever pass a value it refuses, `append` casts it: none is lost)."""
         bounds = f"{INT64_MIN} <= {{v}} <= {INT64_MAX}"
-        return f"type({{v}}) is int and {bounds} or type({{v}}) in {{others}}", "{put}({v})"
+        test = f"type({{v}}) is int and {bounds} or type({{v}}) in {{others}}"
+        return test, "{put}({v}) or {append}({v})"
 
     def kernel_leaf(self) -> tuple:
         """The same test and append for the C step (`record.step_kernel`)."""

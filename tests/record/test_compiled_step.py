@@ -172,6 +172,30 @@ def test_scalar_columns_of_python_numbers_store_what_numpy_casts_them_to(tmp_pat
     np.testing.assert_array_equal([s["discount"] for s in steps], want)
 
 
+def test_a_value_the_test_passes_but_its_packed_column_refuses_is_cast_not_lost(
+    tmp_path, monkeypatch
+):
+    """The compiled test's types mirror `RowBuffer.append_number`'s; were they to
+    drift, a value passing the test that the buffer refuses is cast, not lost."""
+    from rlds_writer.record import columns, step_kernel
+
+    if not step_kernel.available():
+        pytest.skip("the C step is not built (no C compiler at install)")
+    monkeypatch.setattr(columns, "_EXACT_FLOATS", columns._EXACT_FLOATS | {np.float16})
+    config = rlds_writer.DatasetConfig(
+        name="drift", observation_info=np.float32, action_info=np.int64, reward_info=np.float32
+    )
+    rewards = [np.float16(0.3), 0.5, np.float16(-2.5)]
+    with rlds_writer.TFDSBackendWriter(tmp_path / "d", config) as backend:
+        backend.begin_episode(np.float32(0))
+        for t, reward in enumerate(rewards):
+            backend.add_step(1, reward, 1.0, np.float32(t))
+        assert "or _c" in backend.step_adder().source  # the packed append and its fallback
+        backend.end_episode(terminated=True)
+    steps = load_episodes(tmp_path / "d")[0]["steps"]
+    assert [float(s["reward"]) for s in steps] == [float(np.float32(r)) for r in rewards] + [0]
+
+
 def test_the_compiled_step_shows_its_source_to_inspect_and_tracebacks(tmp_path):
     import inspect
     import traceback
