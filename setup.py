@@ -83,7 +83,7 @@ _EXTRAS["test"] = [
 def _extensions() -> list[Extension]:
     """The recorders' C step (rlds_writer/record/step_kernel.py), the SSE4.2
     CRC-32C (rlds_writer/store/tfrecord.py) and the thread that writes zeros
-    ahead of a shard's records (rlds_writer/store/tfrecord_shards.py), all optional.
+    ahead of a shard's records (rlds_writer/store/write_ahead.py), all optional.
 
     Without a C compiler the build warns and goes on: the package records with
     its Python step, google_crc32c, and zeros written on the recording thread.
