@@ -221,17 +221,29 @@ class _ScalarColumn:
             raise
 
 
+# The exact types `RowBuffer.append_number` always takes (np.float64 is a float).
+_EXACT_FLOATS = frozenset((float, np.float64, np.float32))
+# The numpy integers `RowBuffer.append_int` takes (each holds its values in int64).
+_EXACT_INTS = frozenset(
+    (np.int64, np.longlong, np.int32, np.int16, np.int8, np.uint8, np.uint16, np.uint32)
+)
+
+
 class _PackedScalars:
     """A scalar field kept in a `RowBuffer` as its dtype's bytes, packed at the step.
 
     Where the C step is built, float32, float64 and int64 scalar fields
     (rewards, discounts, actions) go into one buffer instead of a list of
     Python numbers converted at the episode's end; the values are the same
-    (`_ScalarColumn`'s cast). Subclasses say what is packed and how the
-    column leaves the buffer.
+    (`_ScalarColumn`'s cast). Subclasses say what is packed (`put`: a
+    `RowBuffer` method, False for what it refuses; `_TYPES` and `_ints`,
+    the exact types and the range of Python ints it takes, mirrored in the
+    compiled step's test) and how the column leaves the buffer.
     """
 
-    __slots__ = ("field", "dtype", "rows", "append")
+    __slots__ = ("field", "dtype", "rows", "append", "put", "_ints")
+    _TYPES: frozenset = frozenset()
+    _LEAF = ""  # the C step's leaf kind (`record.step_kernel`)
 
     def __init__(self, field: field_specs.FieldSpec, row_buffer: Any):
         self.field = field
@@ -241,6 +253,20 @@ class _PackedScalars:
     def zero_append(self, zero: Any) -> tuple[Callable[[], int], Callable[[Any], None], Any]:
         """(size, push, value) that `EpisodeBuffer.finish` uses to add the final step's zero."""
         return self.rows.__len__, self.rows.append, np.array(zero, dtype=self.dtype).tobytes()
+
+    def inline_names(self) -> dict[str, Any]:
+        return {"types": self._TYPES, "put": self.put, "append": self.append}
+
+    def inline_source(self) -> tuple[str, str]:
+        """The test and the append of `record.appender.compile_step_add` (what `put` takes;
+        should the test ever pass a value it refuses, `append` casts it: none is lost)."""
+        lo, hi = self._ints
+        test = f"type({{v}}) is int and {lo} <= {{v}} <= {hi} or type({{v}}) in {{types}}"
+        return test, "{put}({v}) or {append}({v})"
+
+    def kernel_leaf(self) -> tuple:
+        """The same test and append for the C step (`record.step_kernel`)."""
+        return (self._LEAF, self.rows, None, False, self.dtype, (), self.dtype.itemsize)
 
     @property
     def n(self) -> int:
@@ -258,34 +284,23 @@ class _PackedFloatColumn(_PackedScalars):
     (`RowBuffer.append_number`: a float, an np.float32 or an int the dtype
     holds exactly; anything else through `cast_value`)."""
 
-    __slots__ = ("_exact",)
+    __slots__ = ()
+    _TYPES = _EXACT_FLOATS
+    _LEAF = "float"
 
     def __init__(self, field: field_specs.FieldSpec, row_buffer: Any):
         super().__init__(field, row_buffer)
-        # Python ints the dtype holds exactly (as `float_value` in _step_kernel.c):
-        # taken in the compiled step's test.
-        self._exact = 1 << (24 if self.dtype.itemsize == 4 else 53)
-        put, push = self.rows.append_number, self.rows.append
+        # Python ints the dtype holds exactly, as `float_value` in _step_kernel.c.
+        exact = 1 << (24 if self.dtype.itemsize == 4 else 53)
+        self._ints = (-exact, exact)
+        self.put = self.rows.append_number
+        put, push = self.put, self.rows.append
 
         def append(value: Any) -> None:
             if not put(value):
                 push(cast_value(field, value).tobytes())
 
         self.append = append
-
-    def inline_names(self) -> dict[str, Any]:
-        return {"floats": _EXACT_FLOATS, "put": self.rows.append_number, "append": self.append}
-
-    def inline_source(self) -> tuple[str, str]:
-        """The test and the append of `record.appender.compile_step_add` (what `put` takes;
-        should the test ever pass a value it refuses, `append` casts it: none is lost)."""
-        limit = self._exact
-        test = f"type({{v}}) in {{floats}} or (type({{v}}) is int and -{limit} <= {{v}} <= {limit})"
-        return test, "{put}({v}) or {append}({v})"
-
-    def kernel_leaf(self) -> tuple:
-        """The same test and append for the C step (`record.step_kernel`)."""
-        return ("float", self.rows, None, False, self.dtype, (), self.dtype.itemsize)
 
     def values(self) -> np.ndarray | PackedColumn:
         data = self.rows.take()
@@ -300,10 +315,14 @@ class _PackedIntColumn(_PackedScalars):
     step, naming the field; anything else goes through `cast_value`."""
 
     __slots__ = ()
+    _TYPES = _EXACT_INTS
+    _LEAF = "int64"
 
     def __init__(self, field: field_specs.FieldSpec, row_buffer: Any):
         super().__init__(field, row_buffer)
-        put, push = self.rows.append_int, self.rows.append
+        self._ints = (INT64_MIN, INT64_MAX)
+        self.put = self.rows.append_int
+        put, push = self.put, self.rows.append
 
         def append(value: Any) -> None:
             if put(value):
@@ -316,33 +335,11 @@ class _PackedIntColumn(_PackedScalars):
 
         self.append = append
 
-    def inline_names(self) -> dict[str, Any]:
-        return {"others": _EXACT_INTS, "put": self.rows.append_int, "append": self.append}
-
-    def inline_source(self) -> tuple[str, str]:
-        """The test and the append of `record.appender.compile_step_add` (what `put` takes;
-        should the test ever pass a value it refuses, `append` casts it: none is lost)."""
-        bounds = f"{INT64_MIN} <= {{v}} <= {INT64_MAX}"
-        test = f"type({{v}}) is int and {bounds} or type({{v}}) in {{others}}"
-        return test, "{put}({v}) or {append}({v})"
-
-    def kernel_leaf(self) -> tuple:
-        """The same test and append for the C step (`record.step_kernel`)."""
-        return ("int64", self.rows, None, False, self.dtype, (), 8)
-
     def values(self) -> np.ndarray | PackedColumn:
         small = self.rows.take_small_ints()
         if small is not None:  # one-byte varints, as `_packed_ints`
             return PackedColumn(small, len(self.rows), (), self.dtype)
         return np.frombuffer(self.rows.take(), dtype=self.dtype)
-
-
-# The exact types `RowBuffer.append_number` always takes (np.float64 is a float).
-_EXACT_FLOATS = frozenset((float, np.float64, np.float32))
-# The numpy integers `RowBuffer.append_int` takes (each holds its values in int64).
-_EXACT_INTS = frozenset(
-    (np.int64, np.longlong, np.int32, np.int16, np.int8, np.uint8, np.uint16, np.uint32)
-)
 
 
 # Rows at least this large are copied into recycled buffers instead.
