@@ -1,7 +1,12 @@
 """`RecordRLDSVector`: every sub-env of a Gymnasium vector env recorded as RLDS.
 
-Each sub-env's episodes are separate episodes of one dataset, through one
-`Recording` (`record/gymnasium_recording.py`) with a slot per sub-env. The
+Each sub-env's episodes are separate episodes of one dataset. The wrapper
+records whole batches, one call per vector step, on the batch recorder
+(`record/batch/vector.py` over `record/batch/core.py`): each episode is
+byte for byte what `RecordRLDS` records for that sub-env alone. With
+`step_fn` or `episode_fn`, user functions of one sub-env's step, it records
+a sub-env at a time instead, through one `Recording`
+(`record/gymnasium_recording.py`) with a slot per sub-env. The
 autoreset mode (`next_step`, `same_step`, `disabled`) is read from
 `env.metadata['autoreset_mode']`; the autoreset step of `next_step` mode never
 enters an episode, and in `same_step` mode the final observation and info of
@@ -21,11 +26,14 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import iterate
 
 from rlds_writer.errors import StepValueError
+from rlds_writer.record.batch.vector import VectorRecording, split_options
 from rlds_writer.record.gymnasium_recording import OPTIONS_DOC, env_id, new_recording
 from rlds_writer.record.recorder import Recorder
 
 if TYPE_CHECKING:
     from etils import epath
+
+    from rlds_writer.record.batch.core import BatchRecorder
 
 
 def _env_info(infos: Mapping[str, Any], index: int) -> dict[str, Any]:
@@ -77,6 +85,21 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
             **env_id(env),
             **dict(kwargs.pop("metadata", None) or {}),
         }
+        self._closed = False
+        # Whole batches, one call per vector step, unless a user function
+        # must see each sub-env's step.
+        self._batch: VectorRecording | None = None
+        if not split_options(kwargs):
+            self._batch = VectorRecording(
+                env.single_observation_space,
+                env.single_action_space,
+                env.num_envs,
+                self._mode.value,
+                data_directory,
+                {**kwargs, "metadata": metadata},
+            )
+            return
+        kwargs.pop("ring_bytes", None)
         self._recording = new_recording(
             env.single_observation_space,
             env.single_action_space,
@@ -102,10 +125,14 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         # through its dispatch at every step.
         self._iterate_obs = iterate.dispatch(type(env.observation_space))
         self._iterate_actions = iterate.dispatch(type(env.action_space))
-        self._closed = False
 
     @property
-    def recorder(self) -> Recorder:
+    def recorder(self) -> Recorder | BatchRecorder | None:
+        """What records (counters `episodes_written`, ...): the batch recorder, or the
+        per-sub-env `Recorder` with `step_fn`/`episode_fn`. None before the first
+        reset of a batch recording whose `info_keys` features are inferred."""
+        if self._batch is not None:
+            return self._batch.core
         return self._recording.recorder
 
     def reset(
@@ -114,6 +141,9 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         # Read the mask first: the vector env pops it from `options`.
         mask = (options or {}).get("reset_mask")
         obs, infos = self.env.reset(seed=seed, options=options)
+        if self._batch is not None:
+            self._batch.reset(obs, infos, mask)
+            return obs, infos
         for i, obs_i in enumerate(self._iterate_obs(self.env.observation_space, obs)):
             if mask is not None and not mask[i]:
                 continue
@@ -142,6 +172,9 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        if self._batch is not None:
+            self._batch.step(actions, obs, rewards, terminations, truncations, infos)
+            return obs, rewards, terminations, truncations, infos
         observations = self._iterate_obs(self.env.observation_space, obs)
         action_items = self._iterate_actions(self.env.action_space, actions)
         # A value refused for one sub-env must not cost the others their step:
@@ -209,6 +242,9 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
 
     def flush(self) -> None:
         """Blocks until every finished episode is on disk."""
+        if self._batch is not None:
+            self._batch.flush()
+            return
         self._recording.recorder.flush()
 
     def close(self, **kwargs: Any) -> None:
@@ -216,9 +252,12 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         if self._closed:
             return
         self._closed = True
-        for i in range(len(self._adders)):
-            self._unbind(i)
         try:
+            if self._batch is not None:
+                self._batch.close()
+                return
+            for i in range(len(self._adders)):
+                self._unbind(i)
             self._recording.recorder.close()
         finally:
             self.env.close(**kwargs)

@@ -205,70 +205,57 @@ def test_step_returns_the_vector_envs_own_results(tmp_path, info_keys):
     env.close()
 
 
-def _record_c_and_python(tmp_path, monkeypatch, make, mode, actions) -> dict[str, set]:
-    """Records the same run with the C step and with the Python step; the kinds of step used."""
-    from rlds_writer.record import step_kernel
-
-    kinds = {}
-    for name, pure_python in (("c", False), ("py", True)):
-        if pure_python:
-            monkeypatch.setenv(step_kernel.PURE_PYTHON_ENV, "1")
-        else:
-            monkeypatch.delenv(step_kernel.PURE_PYTHON_ENV, raising=False)
+def _record_batched_and_per_sub_env(tmp_path, make, mode, actions) -> None:
+    """Records the same run a batch at a time and a sub-env at a time (`step_fn`)."""
+    for name, options in (("batch", {}), ("each", {"step_fn": lambda *args: None})):
         venv = SyncVectorEnv([make] * NUM_ENVS, autoreset_mode=mode)
-        env = RecordRLDSVector(venv, tmp_path / name)
+        env = RecordRLDSVector(venv, tmp_path / name, **options)
+        assert (env._batch is not None) == (name == "batch")
         env.reset(seed=SEED)
-        kinds[name] = {type(k).__name__ for k in env._kernels}
         for step_actions in actions:
             env.step(step_actions)
         env.close()
-    return kinds
 
 
-def _shards(path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(path.glob("*.tfrecord-*"))}
+def _records(path) -> list[bytes]:
+    from rlds_writer.store import tfrecord
+
+    out = []
+    for shard in sorted(path.glob("*.tfrecord-*")):
+        with open(shard, "rb") as f:
+            out.extend(data for _, data in tfrecord.iter_records(f))
+    return sorted(out)
 
 
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
-def test_vector_c_step_records_the_same_shards_as_the_python_step(tmp_path, monkeypatch, mode):
-    from rlds_writer.record import step_kernel
-
-    if not step_kernel.available():
-        pytest.skip("the C step is not built (no C compiler at install)")
+def test_batch_recording_writes_the_records_of_the_per_sub_env_recording(tmp_path, mode):
     actions = np.random.default_rng(3).integers(0, 2, size=(STEPS, NUM_ENVS))
-    kinds = _record_c_and_python(tmp_path, monkeypatch, make_env, mode, actions)
-    assert kinds == {"c": {"StepKernel"}, "py": {"NoneType"}}
-    c_shards = _shards(tmp_path / "c")
-    assert c_shards and c_shards == _shards(tmp_path / "py")
-    _check(load(tmp_path / "c"), reference(actions, mode), step_metadata=False)
+    _record_batched_and_per_sub_env(tmp_path, make_env, mode, actions)
+    batched = _records(tmp_path / "batch")
+    assert batched and batched == _records(tmp_path / "each")
+    _check(load(tmp_path / "batch"), reference(actions, mode), step_metadata=False)
 
 
-def test_vector_c_step_leaves_actions_to_cast_to_the_python_step(tmp_path, monkeypatch):
-    from rlds_writer.record import step_kernel
-
-    if not step_kernel.available():
-        pytest.skip("the C step is not built (no C compiler at install)")
-
+def test_batch_recording_casts_actions_as_the_per_sub_env_recording_does(tmp_path):
     def pendulum() -> gym.Env:
         return gym.make("Pendulum-v1", max_episode_steps=15)
 
-    # float32 actions are the column's dtype (the C step takes them); float64
-    # ones are cast by the Python step. Both runs store the same float32s.
+    # float32 actions are the column's dtype; float64 ones are cast. Both
+    # recordings store the same float32s.
     rng = np.random.default_rng(4)
     actions = [
         rng.uniform(-2, 2, (NUM_ENVS, 1)).astype(np.float32 if t % 3 else np.float64)
         for t in range(40)
     ]
-    kinds = _record_c_and_python(tmp_path, monkeypatch, pendulum, AutoresetMode.NEXT_STEP, actions)
-    assert kinds["c"] == {"StepKernel"}
-    c_shards = _shards(tmp_path / "c")
-    assert c_shards and c_shards == _shards(tmp_path / "py")
-    steps = load(tmp_path / "c")[0]["steps"]
+    _record_batched_and_per_sub_env(tmp_path, pendulum, AutoresetMode.NEXT_STEP, actions)
+    batched = _records(tmp_path / "batch")
+    assert batched and batched == _records(tmp_path / "each")
+    steps = load(tmp_path / "batch")[0]["steps"]
     assert steps[0]["action"].dtype == np.float32
     np.testing.assert_array_equal(steps[0]["action"], actions[0][0].astype(np.float32))
 
 
-def test_vector_recording_with_the_c_step_lets_the_wrapper_go(tmp_path):
+def test_vector_recording_lets_the_wrapper_go(tmp_path):
     import gc
     import weakref
 

@@ -1,0 +1,365 @@
+"""`BatchRecorder`: a batch of sub-envs recorded with one call per vector step.
+
+    begin(observation, step_metadata, mask)      # episodes start where mask
+    add(action, reward, discount, observation, step_metadata)   # one row per step
+    replace(i, observation, step_metadata)       # sub-env i's row, where it differs
+    end(mask, terminated)                        # episodes end where mask
+    flush(); close()
+
+Every value is a whole batch with a leading env axis (numpy, torch, JAX or
+anything `record.batch.arrays` takes), kept column-wise in a time-major ring
+(`record.batch.ring`): one slice assignment per field per step, no Python
+object per sub-env. An episode is gathered once, when it ends, and handed to
+the `DatasetWriter` as the same `store.episode_data.Episode` the single-env
+`Recorder` makes, with the same values, so its record is byte for byte the
+one `RecordRLDS` writes for that sub-env alone. Episodes still open at
+`close()` (or at interpreter exit) are written cut short, as today.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlds_writer.errors import StepValueError, UnsupportedFeatureError, WriterClosedError
+from rlds_writer.record.batch.arrays import check_batch, host_array
+from rlds_writer.record.batch.ring import (
+    DEFAULT_RING_BYTES,
+    OBSERVATION_LIKE,
+    TRANSITION,
+    BatchField,
+    TimeRing,
+    chunk_steps,
+)
+from rlds_writer.record.episode import ACTION, DISCOUNT, OBSERVATION, REWARD, StepFields
+from rlds_writer.record.values import cast_value
+from rlds_writer.store import end_reasons, feature_defs, field_specs
+from rlds_writer.store.episode_data import Episode
+from rlds_writer.store.exit_close import close_at_exit
+from rlds_writer.store.object_path import as_path
+from rlds_writer.store.writer import DatasetWriter
+
+if TYPE_CHECKING:
+    from etils import epath
+
+_log = logging.getLogger(__name__)
+
+_KINDS = (field_specs.FLOAT, field_specs.INT, field_specs.BYTES, field_specs.ZLIB)
+_IMAGES = (field_specs.PNG, field_specs.JPEG)
+_GROUPS = (ACTION, REWARD, DISCOUNT)
+METADATA = "metadata"
+
+
+def _leaves(tree: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    if isinstance(tree, dict):
+        return [leaf for k, v in tree.items() for leaf in _leaves(v, (*path, k))]
+    return [(path, tree)]
+
+
+def _pick(value: Any, path: tuple[str, ...], where: str) -> Any:
+    for name in path:
+        if not isinstance(value, Mapping) or name not in value:
+            got = sorted(map(str, value)) if isinstance(value, Mapping) else type(value).__name__
+            raise StepValueError(where, f"expected a batch with key {name!r}, got {got}")
+        value = value[name]
+    return value
+
+
+class BatchRecorder:
+    """Records the episodes of `num_envs` sub-envs stepped together into one dataset.
+
+    Args:
+      data_directory: the dataset directory (local, or an fsspec URL).
+      config: the `DatasetConfig` (`record.spaces.spaces_config` builds one from
+        spaces); its episode metadata gets `end_reason` as the recorders' does.
+      num_envs: the batch size `N`.
+      split: the split episodes go to.
+      ring_bytes: about how much memory the time-major ring takes (rows of
+        longer episodes are copied out of it, never pinned).
+      **writer_kwargs: `DatasetWriter` arguments (`mode`, `metadata`,
+        `max_episodes_per_file`, `file_format`, `fsync`, `queue_size`, ...).
+
+    Raises:
+      UnsupportedFeatureError: a per-step field the batch recorder does not
+        keep (text, or a feature TFDS encodes itself, or an open shape).
+    """
+
+    def __init__(
+        self,
+        data_directory: epath.PathLike,
+        config: Any,
+        num_envs: int,
+        *,
+        split: str = "train",
+        ring_bytes: int = DEFAULT_RING_BYTES,
+        **writer_kwargs: Any,
+    ):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        self.data_directory = as_path(data_directory)
+        self.num_envs = num_envs
+        self.split = split
+        self._closed = False
+        config = _with_end_reason(config)
+        self.writer = DatasetWriter(self.data_directory, config, split=split, **writer_kwargs)
+        try:
+            self._layout = StepFields(
+                self.writer.encoder.fields, empty_dicts=self.writer.encoder.empty_dicts
+            )
+            self._fields, self._groups = self._batch_fields()
+        except BaseException:
+            self.writer.close()
+            raise
+        self._ring = TimeRing(
+            self._fields, num_envs, chunk_steps(self._fields, num_envs, ring_bytes)
+        )
+        self._episode_values = {
+            reason: self._episode_values_for(reason)
+            for reason in (end_reasons.TERMINATED, end_reasons.TRUNCATED, end_reasons.CUT_SHORT)
+        }
+        self._metadata_keys = list(self._layout.metadata_keys)
+        self._checked: dict[str, tuple[type, tuple, np.dtype]] = {}
+        close_at_exit(self)
+
+    # ------------------------------------------------------------ set-up
+
+    def _batch_fields(self) -> tuple[list[BatchField], dict[str, list[tuple[Any, BatchField]]]]:
+        layout = self._layout
+        fields: list[BatchField] = []
+        groups: dict[str, list[tuple[Any, BatchField]]] = {}
+        names = [OBSERVATION, *_GROUPS, *layout.metadata_keys]
+        for name in names:
+            if name not in layout.step_groups:
+                continue
+            role = TRANSITION if name in _GROUPS else OBSERVATION_LIKE
+            group = METADATA if name in layout.metadata_keys else name
+            prefix = (name,) if group == METADATA else ()
+            for sub_path, spec in _leaves(layout.step_groups[name]):
+                _check_kept(spec)
+                zero = layout.zeros.get(spec.key) if role == TRANSITION else None
+                field = BatchField(spec, role, zero)
+                fields.append(field)
+                groups.setdefault(group, []).append(((*prefix, *sub_path), field))
+        return fields, groups
+
+    def _episode_values_for(self, reason: str) -> dict[str, Any]:
+        values = {}
+        for key, field in self._layout.episode_fields.items():
+            values[key] = cast_value(field, reason) if key == end_reasons.END_REASON else None
+        missing = [k for k, v in values.items() if v is None]
+        if missing:
+            _log.warning(
+                "the batch recorder records no episode metadata; storing zeros for %s", missing
+            )
+            for key in missing:
+                values[key] = self._layout.episode_fields[key].zero()
+        return values
+
+    # ------------------------------------------------------------- public
+
+    @property
+    def open(self) -> np.ndarray:
+        """Which sub-envs have an episode open (a read-only view)."""
+        view = self._ring.open.view()
+        view.setflags(write=False)
+        return view
+
+    def begin(
+        self,
+        observation: Any,
+        step_metadata: Mapping[str, Any] | None = None,
+        mask: Any = None,
+    ) -> None:
+        """Starts episodes in the sub-envs of `mask` (default: all) with step 0 of each.
+
+        An episode still open in one of them is written first, cut short.
+
+        Args:
+          observation: the batch of first observations (every sub-env's row;
+            only those in `mask` are read).
+          step_metadata: step metadata key -> batch.
+          mask: a boolean array of `num_envs`, or None for every sub-env.
+        """
+        self._check_open()
+        mask = self._mask(mask)
+        values = self._values(OBSERVATION_LIKE, observation=observation, metadata=step_metadata)
+        reopen = mask & self._ring.open
+        if reopen.any():
+            self.end(reopen, cut_short=True)
+        self._ring.begin(mask, values)
+
+    def add(
+        self,
+        action: Any,
+        reward: Any,
+        discount: Any,
+        observation: Any,
+        step_metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Records one vector step: `a_t, r_t, d_t` and `o_{t+1}` of every sub-env.
+
+        The rows of sub-envs without an open episode are ignored (the reset
+        step of Gymnasium's next-step autoreset, a sub-env waiting for its reset).
+        A refused value raises `StepValueError` naming the field, and the step
+        is not recorded for any sub-env.
+        """
+        self._check_open()
+        values = self._values(
+            None,
+            observation=observation,
+            metadata=step_metadata,
+            action=action,
+            reward=reward,
+            discount=discount,
+        )
+        self._ring.write(values)
+
+    def replace(self, i: int, observation: Any, step_metadata: Mapping[str, Any] | None) -> None:
+        """Replaces sub-env `i`'s observation (and metadata) in the step just added.
+
+        For Gymnasium's same-step autoreset, whose batch holds the next
+        episode's first observation where an episode ended (the final one
+        comes in `info["final_obs"]`).
+        """
+        ring = self._ring
+        row = (ring.t - 1) % ring.size
+        sources = {OBSERVATION: observation, METADATA: step_metadata}
+        for group, leaves in self._groups.items():
+            if group not in sources:
+                continue
+            for path, field in leaves:
+                value = _pick(sources[group], path, field.key)
+                arr = np.asarray(cast_single(field.spec, value))
+                ring.ring[field.key][row, i] = arr
+
+    def end(self, mask: Any, terminated: Any = False, *, cut_short: bool = False) -> None:
+        """Ends the open episodes of the sub-envs in `mask` after the last step added.
+
+        Args:
+          mask: a boolean array of `num_envs` (sub-envs without an open
+            episode are skipped).
+          terminated: a boolean array or bool: the env terminated the episode
+            (`is_terminal`); else it was truncated.
+          cut_short: the recorder, not the env, ended them (`end_reason`).
+        """
+        mask = self._mask(mask) & self._ring.open
+        envs = np.flatnonzero(mask)
+        if not len(envs):
+            return
+        terminated = np.broadcast_to(np.asarray(terminated, np.bool_), (self.num_envs,))
+        flags, write, split = self._layout.flags, self.writer.write, self.split
+        values = self._episode_values
+        for i, n, columns in self._ring.gather(envs):
+            ended = bool(terminated[i]) and not cut_short
+            if cut_short:
+                reason = end_reasons.CUT_SHORT
+            else:
+                reason = end_reasons.TERMINATED if ended else end_reasons.TRUNCATED
+            columns.update(flags(n, ended))
+            write(Episode(columns, dict(values[reason]), n), split)
+
+    def flush(self) -> None:
+        """Blocks until every ended episode is on disk and listed (`dataset_info.json`)."""
+        self.writer.flush()
+
+    def close(self) -> None:
+        """Writes the open episodes, cut short, then closes the dataset."""
+        if self._closed:
+            return
+        try:
+            if self._ring.open.any():
+                self.end(self._ring.open.copy(), cut_short=True)
+        finally:
+            self._closed = True
+            self.writer.close()
+
+    @property
+    def episodes_written(self) -> int:
+        return self.writer.episodes_written
+
+    @property
+    def steps_written(self) -> int:
+        return self.writer.steps_written
+
+    # ------------------------------------------------------------ private
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WriterClosedError(f"the batch recorder of {self.data_directory} is closed")
+
+    def _mask(self, mask: Any) -> np.ndarray:
+        if mask is None:
+            return np.ones(self.num_envs, np.bool_)
+        arr = host_array(mask, "mask")
+        if arr.dtype != np.bool_ or arr.shape != (self.num_envs,):
+            raise StepValueError(
+                "mask", f"expected bool[{self.num_envs}], got {arr.dtype}{arr.shape}"
+            )
+        return arr
+
+    def _values(self, role: str | None, **groups: Any) -> dict[str, np.ndarray]:
+        """Every field's batch of this call, checked; `role` limits it to those fields."""
+        out: dict[str, np.ndarray] = {}
+        n = self.num_envs
+        checked = self._checked
+        for group, leaves in self._groups.items():
+            value = groups.get(group)
+            if value is None:
+                first = leaves[0][1]
+                if role is not None and first.role != role:
+                    continue
+                if group == DISCOUNT:
+                    raise StepValueError(first.key, "the dataset has a discount column: pass it")
+                raise StepValueError(first.key, "expected a batch, got None")
+            for path, field in leaves:
+                if role is not None and field.role != role:
+                    continue
+                leaf = _pick(value, path, field.key) if path else value
+                seen = checked.get(field.key)
+                if (
+                    seen is not None
+                    and type(leaf) is seen[0]
+                    and leaf.shape == seen[1]
+                    and leaf.dtype == seen[2]
+                ):
+                    out[field.key] = leaf
+                    continue
+                arr = check_batch(field.spec, host_array(leaf, field.key), n)
+                if type(leaf) is np.ndarray and arr is leaf:
+                    checked[field.key] = (np.ndarray, leaf.shape, leaf.dtype)
+                out[field.key] = arr
+        return out
+
+
+def cast_single(spec: field_specs.FieldSpec, value: Any) -> np.ndarray:
+    """One sub-env's value for `spec`, cast as the batch would be."""
+    arr = host_array(value, spec.key)
+    if arr.shape != tuple(spec.shape):
+        raise StepValueError(spec.key, f"expected {spec.describe()}, got {arr.dtype}{arr.shape}")
+    if arr.dtype != spec.dtype and not np.can_cast(arr.dtype, spec.dtype, "same_kind"):
+        raise StepValueError(spec.key, f"expected {spec.describe()}, got {arr.dtype}")
+    return arr
+
+
+def _check_kept(spec: field_specs.FieldSpec) -> None:
+    kept = spec.kind in _KINDS or spec.kind in _IMAGES
+    if not kept or any(d is None for d in spec.shape) or spec.dtype is None:
+        raise UnsupportedFeatureError(
+            f"{spec.key}: the batch recorder keeps numeric, image and bytes fields of a fixed "
+            f"shape, not {spec.kind} {spec.describe()}; record this env with "
+            "RecordRLDSVector(step_fn=...) (a sub-env at a time) or declare a fixed-shape feature"
+        )
+
+
+def _with_end_reason(config: Any) -> Any:
+    """`config` with the episode field `end_reason` first, as the recorders' configs have it."""
+    info = dict(config.episode_metadata_info or {})
+    if end_reasons.END_REASON in info:
+        return config
+    return dataclasses.replace(
+        config, episode_metadata_info={end_reasons.END_REASON: feature_defs.Text(), **info}
+    )

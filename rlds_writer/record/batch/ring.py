@@ -1,0 +1,202 @@
+"""Time-major columns of a batch of sub-envs: one ring `[L, N, ...]` per field.
+
+Row `t` of the ring holds what vector step `t` returned for every sub-env:
+the action taken, the reward and discount that followed and the observation
+(and step metadata) it led to. Writing a step is one slice assignment per
+field, whatever `N`. An episode of sub-env `i` is its first observation (its
+*head*, kept in `heads[key][i]`, since a reset's observation may share a row
+with the end of the previous episode) and the contiguous rows
+`start[i] .. e` of column `i`, gathered once when it ends.
+
+The rows of every episode that ends on the same step are gathered together:
+one fancy index per field for all of them, into one array per field that the
+episodes' columns are slices of (`gather`). Each episode comes out in RLDS's
+layout: observations and step metadata `[head, rows...]`, actions, rewards
+and discounts `[rows..., zero]`.
+
+A ring is `chunks` chunks of `K` rows. Before a chunk is overwritten, the
+sub-envs whose open episode still has rows in it copy their rows out
+(`spill`), so a long episode pins no chunk: memory is the ring, the rows
+spilled by open episodes and what the writer holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlds_writer.store import field_specs
+
+OBSERVATION_LIKE = "observation"  # a head, then one row per transition
+TRANSITION = "transition"  # one row per transition, then the zero of the final step
+
+# The ring's size: big enough that usual episodes never spill, small enough
+# to stay a fixed cost next to the writer's queue.
+DEFAULT_RING_BYTES = 32 << 20
+CHUNKS = 4
+_MIN_CHUNK_STEPS = 8
+_MAX_CHUNK_STEPS = 1024
+
+
+class BatchField:
+    """One leaf field recorded per step, with its role in RLDS's alignment."""
+
+    __slots__ = ("spec", "key", "role", "zero")
+
+    def __init__(self, spec: field_specs.FieldSpec, role: str, zero: Any = None):
+        self.spec = spec
+        self.key = spec.key
+        self.role = role
+        self.zero = zero
+
+
+def chunk_steps(fields: list[BatchField], num_envs: int, ring_bytes: int) -> int:
+    """Rows per chunk for a ring of about `ring_bytes` over `CHUNKS` chunks."""
+    step_bytes = max(1, num_envs * sum(f.spec.row_nbytes for f in fields))
+    rows = ring_bytes // (step_bytes * CHUNKS)
+    return int(min(_MAX_CHUNK_STEPS, max(_MIN_CHUNK_STEPS, rows)))
+
+
+class TimeRing:
+    """The ring of every field, the heads, and where each sub-env's open episode starts.
+
+    Args:
+      fields: the per-step leaf fields, in the order their values come in.
+      num_envs: the batch size `N`.
+      chunk: rows per chunk (`chunk_steps`).
+    """
+
+    def __init__(self, fields: list[BatchField], num_envs: int, chunk: int):
+        self.fields = fields
+        self.num_envs = num_envs
+        self.chunk = chunk
+        self.size = chunk * CHUNKS
+        self.ring = {
+            f.key: np.empty((self.size, num_envs, *f.spec.shape), f.spec.dtype) for f in fields
+        }
+        self.heads = {
+            f.key: np.zeros((num_envs, *f.spec.shape), f.spec.dtype)
+            for f in fields
+            if f.role == OBSERVATION_LIKE
+        }
+        self.start = np.zeros(num_envs, np.int64)  # first transition row of the open episode
+        self.open = np.zeros(num_envs, np.bool_)
+        self.t = 0  # the next row to write
+        # sub-env -> field key -> rows copied out of the ring, in order
+        self.spilled: dict[int, dict[str, list[np.ndarray]]] = {}
+
+    # ------------------------------------------------------------ per step
+
+    def begin(self, mask: np.ndarray, values: dict[str, np.ndarray]) -> None:
+        """Episodes begin in the sub-envs of `mask` with these first values (a whole batch)."""
+        for key, head in self.heads.items():
+            head[mask] = values[key][mask]
+        self.start[mask] = self.t
+        self.open |= mask
+        for i in np.flatnonzero(mask):
+            self.spilled.pop(int(i), None)
+
+    def write(self, values: dict[str, np.ndarray]) -> int:
+        """Writes one step's row for every sub-env; returns its row index `t`."""
+        t = self.t
+        if t % self.chunk == 0 and t >= self.size - self.chunk:
+            self._spill_before_overwrite(t)
+        row = t % self.size
+        for key, column in self.ring.items():
+            column[row] = values[key]
+        self.t = t + 1
+        return t
+
+    def _spill_before_overwrite(self, t: int) -> None:
+        # The next chunk's rows overwrite rows t - size ... t + chunk - 1 - size.
+        limit = t + self.chunk - self.size
+        for i in np.flatnonzero(self.open & (self.start < limit)):
+            self.spill(int(i))
+
+    def spill(self, i: int) -> None:
+        """Copies sub-env `i`'s rows out of the ring; its episode then starts at row `t`."""
+        start = int(self.start[i])
+        if start >= self.t:
+            return
+        rows = np.arange(start, self.t) % self.size
+        out = self.spilled.setdefault(i, {})
+        for key, column in self.ring.items():
+            out.setdefault(key, []).append(column[rows, i])
+        self.start[i] = self.t
+
+    # ------------------------------------------------------- episode ends
+
+    def gather(self, envs: np.ndarray) -> list[tuple[int, int, dict[str, np.ndarray]]]:
+        """Ends the open episodes of `envs` at the last written row; returns their columns.
+
+        Returns:
+          `(env, num_steps, {field key: column})` per sub-env, RLDS-aligned
+          (the final step's transition values are zeros).
+        """
+        envs = np.asarray(envs, np.int64)
+        self.open[envs] = False
+        plain = [i for i in envs.tolist() if i not in self.spilled] if self.spilled else envs
+        out = self._gather_ring(np.asarray(plain, np.int64)) if len(plain) else []
+        if self.spilled:
+            for i in envs.tolist():
+                if i in self.spilled:
+                    out.append(self._gather_spilled(i))
+        return out
+
+    def _gather_ring(self, envs: np.ndarray) -> list[tuple[int, int, dict[str, np.ndarray]]]:
+        # Every episode's rows in one index per field: episode j is steps
+        # offsets[j] .. offsets[j] + steps[j] - 1 of one array per field.
+        last = self.t - 1
+        starts = self.start[envs]
+        rows_per = last - starts + 1  # transitions of each episode
+        steps = rows_per + 1
+        offsets = np.cumsum(steps) - steps
+        total = int(steps[-1] + offsets[-1])
+        if int(rows_per.sum()):
+            first_of = np.repeat(np.cumsum(rows_per) - rows_per, rows_per)
+            k = np.arange(int(rows_per.sum())) - first_of
+            ring_rows = (np.repeat(starts, rows_per) + k) % self.size
+            ring_envs = np.repeat(envs, rows_per)
+            at = np.repeat(offsets, rows_per) + k  # transition rows; observations one later
+        else:  # episodes that ended before any step (cut short at once)
+            ring_rows = ring_envs = at = np.zeros(0, np.int64)
+        finals = offsets + steps - 1
+        columns: dict[str, np.ndarray] = {}
+        for field in self.fields:
+            key, spec = field.key, field.spec
+            column = np.empty((total, *spec.shape), spec.dtype)
+            if field.role == OBSERVATION_LIKE:
+                column[offsets] = self.heads[key][envs]
+                column[at + 1] = self.ring[key][ring_rows, ring_envs]
+            else:
+                column[at] = self.ring[key][ring_rows, ring_envs]
+                column[finals] = field.zero
+            columns[key] = column
+        out = []
+        for j, i in enumerate(envs.tolist()):
+            lo, n = int(offsets[j]), int(steps[j])
+            out.append((i, n, {key: column[lo : lo + n] for key, column in columns.items()}))
+        return out
+
+    def _gather_spilled(self, i: int) -> tuple[int, int, dict[str, np.ndarray]]:
+        spilled = self.spilled.pop(i)
+        rows = np.arange(int(self.start[i]), self.t) % self.size
+        columns = {}
+        for field in self.fields:
+            key = field.key
+            parts = [*spilled[key], self.ring[key][rows, i]]
+            if field.role == OBSERVATION_LIKE:
+                parts.insert(0, self.heads[key][i][None])
+            else:
+                zero = np.empty((1, *field.spec.shape), field.spec.dtype)
+                zero[0] = field.zero
+                parts.append(zero)
+            columns[key] = np.concatenate(parts)
+        n = len(next(iter(columns.values())))
+        return i, n, columns
+
+    @property
+    def spilled_rows(self) -> int:
+        """Rows held by spilled episodes (for memory accounting)."""
+        return sum(len(p) for d in self.spilled.values() for p in next(iter(d.values()), []))

@@ -1,0 +1,87 @@
+"""What the batch recorder's tests share: an env with every episode length, and shard records."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlds_writer.store import tfrecord
+
+
+class Hops(gym.Env):
+    """Episodes of random lengths, 1 step included, a long one now and then.
+
+    Observations float32[3], Box actions float32[2], float rewards; info
+    `t` (the step in the episode) and `x` (a float). An episode ends by
+    termination or truncation at random.
+    """
+
+    observation_space = gym.spaces.Box(-10.0, 10.0, (3,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        rng = self.np_random
+        self.t = 0
+        self.length = int(rng.choice([1, 1, 2, 3, 5, 8, 80]))
+        self.terminates = bool(rng.integers(2))
+        return self._obs(), {"t": 0, "x": float(rng.random())}
+
+    def _obs(self):
+        return self.np_random.standard_normal(3).astype(np.float32)
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= self.length
+        reward = float(np.sum(action)) + self.t
+        info = {"t": self.t, "x": float(self.np_random.random())}
+        return self._obs(), reward, done and self.terminates, done and not self.terminates, info
+
+
+def records(path: Path) -> collections.Counter:
+    """Every TFRecord record of a dataset directory, as a multiset of bytes."""
+    out: collections.Counter = collections.Counter()
+    for shard in sorted(Path(path).glob("*.tfrecord-*")):
+        with open(shard, "rb") as f:
+            out.update(data for _, data in tfrecord.iter_records(f))
+    return out
+
+
+def play_alone(
+    make_env: Any,
+    path: Path,
+    seed: int,
+    actions: list[Any],
+    autoreset: str,
+    reset_after: list[bool] | None = None,
+    **options: Any,
+) -> None:
+    """Records sub-env `i` alone with `RecordRLDS`, playing the actions it received.
+
+    `autoreset` is the vector env's mode: `NextStep` (the step after an
+    episode's end is its reset, the action ignored), `SameStep` (reset at
+    once), `Disabled` (reset where `reset_after[t]`).
+    """
+    from rlds_writer import RecordRLDS
+
+    env = RecordRLDS(make_env(), path, **options)
+    env.reset(seed=seed)
+    pending = False
+    for t, action in enumerate(actions):
+        if pending:
+            env.reset()
+            pending = False
+            continue
+        if autoreset == "Disabled" and reset_after is not None and t and reset_after[t - 1]:
+            env.reset()
+        _, _, te, tr, _ = env.step(action)
+        if te or tr:
+            if autoreset == "NextStep":
+                pending = True
+            elif autoreset == "SameStep":
+                env.reset()
+    env.close()
