@@ -8,7 +8,7 @@ to it. Values and dtypes match `tfds.as_numpy(builder.as_dataset(...))`.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,11 @@ from rlds_writer.read.images import check_field, decode_image
 from rlds_writer.read.nest import map_tree, put
 from rlds_writer.store import wire
 from rlds_writer.store.features import BYTES, TEXT, ZLIB, Features, Leaf
+
+
+def wanted_by(key: str, field: str) -> bool:
+    """Whether the leaf `key` is `field` or lies below it."""
+    return key == field or key.startswith(field + "/")
 
 
 def _stack(key: str, items: list[np.ndarray], shape: tuple, dtype: np.dtype) -> Any:
@@ -58,13 +63,42 @@ class LazySteps(Sequence):
 
 
 class Decoder:
-    """Decodes episode records for one dataset's features."""
+    """Decodes episode records for one dataset's features.
 
-    def __init__(self, features: Features):
+    Args:
+      features: the dataset's features.
+      fields: the keys to decode (`steps/observation`, `episode_metadata/seed`; a
+        key also selects the leaves below it), or None for every field. The
+        others are never decoded: an image left out costs nothing.
+
+    Raises:
+      ValueError: a key in `fields` that names no feature.
+    """
+
+    def __init__(self, features: Features, fields: Collection[str] | None = None):
         self.features = features
         self.step_leaves = features.step_leaves
         self.episode_leaves = features.episode_leaves
+        self._empty_dicts = list(features.empty_dicts)
+        if fields is not None:
+            self._select(set(fields))
         self._count_leaf = self._pick_count_leaf()
+
+    def _select(self, fields: set[str]) -> None:
+        def wanted(key: str) -> bool:
+            return any(wanted_by(key, f) for f in fields)
+
+        leaves = self.step_leaves + self.episode_leaves
+        unknown = sorted(f for f in fields if not any(wanted_by(leaf.key, f) for leaf in leaves))
+        if unknown:
+            known = ", ".join(leaf.key for leaf in leaves)
+            raise ValueError(
+                f"field {unknown[0]!r} is not in the dataset's features (it has {known}); "
+                "name fields by their path, e.g. 'steps/observation'"
+            )
+        self.step_leaves = [leaf for leaf in self.step_leaves if wanted(leaf.key)]
+        self.episode_leaves = [leaf for leaf in self.episode_leaves if wanted(leaf.key)]
+        self._empty_dicts = [p for p in self._empty_dicts if wanted("/".join(p))]
 
     def _pick_count_leaf(self) -> Leaf | None:
         def rank(leaf: Leaf) -> int:
@@ -152,7 +186,7 @@ class Decoder:
                     raise DecodeError(f"{where}: {e}") from e
                 raise DecodeError(f"{where}: {leaf.key}: {e}") from e
             put(out, leaf.path, value)
-        for path in self.features.empty_dicts:
+        for path in self._empty_dicts:
             put(out, path, {})  # as TFDS gives them back
         return out
 

@@ -67,6 +67,7 @@ def open_dataset(
     on_corrupt: str = "raise",
     index_cache: str = "memory",
     final_step: str = "keep",
+    fields: Sequence[str] | None = None,
 ) -> DatasetReader:
     """Opens an RLDS dataset directory for reading, without TensorFlow.
 
@@ -89,6 +90,9 @@ def open_dataset(
         (behaviour cloning, windows of steps). Episodes, steps, windows and
         the torch datasets all see the shorter episodes; transitions always
         use the final step, as the last `next_observation`.
+      fields: decode only these fields (`"steps/observation"`,
+        `"episode_metadata"`: a key selects the leaves below it); the others
+        are left out of the episodes and never decoded. None: every field.
 
     Returns:
       A `DatasetReader`.
@@ -104,6 +108,7 @@ def open_dataset(
         on_corrupt=on_corrupt,
         index_cache=index_cache,
         final_step=final_step,
+        fields=fields,
     )
 
 
@@ -133,6 +138,7 @@ class DatasetReader:
         on_corrupt: str = "raise",
         index_cache: str = "memory",
         final_step: str = "keep",
+        fields: Sequence[str] | None = None,
     ):
         if on_corrupt not in _ON_CORRUPT:
             raise ValueError(f"on_corrupt must be one of {_ON_CORRUPT}, got {on_corrupt!r}")
@@ -156,7 +162,7 @@ class DatasetReader:
         self.on_corrupt = on_corrupt
         # An index cache is a file beside the shards: local datasets only.
         self.index_cache = index_cache if self.dataset.is_local else "memory"
-        self._decoder = Decoder(self.features)
+        self._decoder = Decoder(self.features, fields)
         self._split_lengths: dict[str, list[int]] = {
             split: list(listing.shard_lengths) for split, listing in self.dataset.splits.items()
         }

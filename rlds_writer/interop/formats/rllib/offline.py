@@ -1,0 +1,262 @@
+"""RLlib's offline training read straight from an RLDS dataset: no export, no second copy.
+
+RLlib's new API stack reads offline data through Ray Data
+(`AlgorithmConfig.offline_data`; `OfflineData` reads `input_` with a
+`ray.data.read_*` method named by `input_read_method`, which in Ray 2.60
+must be a name of `ray.data`). `RLDSOfflineData` is an `OfflineData` that
+reads `input_`, an RLDS dataset directory (local, `s3://`, `gs://`), with
+`rlds_writer.read.ray_data`: the read tasks run on the cluster's workers and
+give rows in the schema RLlib asks for:
+
+* `input_read_episodes=False` (RLlib's default, the column schema): one row
+  per transition, `eps_id` (the episode's index in the selection), `t`,
+  `obs`, `actions`, `rewards`, `new_obs`, `terminateds`, `truncateds`,
+  renamed by `input_read_schema` if one is set. Array observations and
+  actions only (RLlib's columns hold one array each).
+* `input_read_episodes=True` (the episode schema): one row per episode, the
+  column `item` holding `msgpack(SingleAgentEpisode.get_state())` as RLlib
+  writes it (`output_write_episodes=True`), built on the workers as
+  `rlds-writer export --to rllib-episodes` builds it (`exporter.py`): any
+  spaces, infos, extra model outputs.
+
+Refused, with a one-line error: `input_read_sample_batches=True` (the old
+stack's `SampleBatch` rows), multi-agent configs (RLlib reads no multi-agent
+offline data), several `input_` paths, and `input_filesystem` (the storage
+seam reaches `s3://`/`gs://` itself, configured by the environment).
+
+`input_read_method_kwargs` takes `read_rlds`'s options (`split`,
+`cut_short`, `bytes_per_task`, `verify_checksums`, `on_corrupt`) and
+`ray.data.read_datasource`'s (`concurrency`, `num_cpus`, ...).
+`offline_config(config, path, ...)` sets all of it, and the spaces from the
+dataset, in one call::
+
+    config = offline_config(BCConfig(), "s3://bucket/cartpole", split="train[:90%]")
+    algo = config.build_algo()
+    algo.train()
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from rlds_writer.errors import SpecError, optional_dependencies
+
+with optional_dependencies("rlds_writer.interop.formats.rllib.offline (RLlib offline training)"):
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.offline.offline_data import OfflineData
+    from ray.rllib.offline.offline_prelearner import SCHEMA, OfflinePreLearner
+
+from rlds_writer.read.ray_data import RLDSDatasource, read_rlds
+from rlds_writer.read.transitions import episode_end
+
+__all__ = ["SCHEMAS", "RLDSOfflineData", "offline_config"]
+
+SCHEMAS = ("columns", "episodes")
+# read_rlds's own options among input_read_method_kwargs; the rest go to Ray Data.
+_READ_OPTIONS = ("split", "cut_short", "bytes_per_task", "verify_checksums", "on_corrupt")
+# Transition columns -> RLlib's column names (before `input_read_schema`).
+_COLUMNS = {
+    "episode_index": Columns.EPS_ID,
+    "step": Columns.T,
+    "observation": Columns.OBS,
+    "action": Columns.ACTIONS,
+    "reward": Columns.REWARDS,
+    "next_observation": Columns.NEXT_OBS,
+    "terminated": Columns.TERMINATEDS,
+    "truncated": Columns.TRUNCATEDS,
+}
+
+
+class EpisodeItems:
+    """The rows of RLlib's episode schema: `{"item": [msgpack of SingleAgentEpisode state]}`.
+
+    Runs on the read tasks' workers (it pickles: spaces and names only).
+    """
+
+    def __init__(self, name: str, observation_space: Any, action_space: Any, cut_short: str):
+        self.name = name
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.cut_short = cut_short
+
+    def __call__(self, episode: dict[str, Any], index: int) -> dict[str, list[bytes]]:
+        import msgpack
+        import msgpack_numpy
+
+        from rlds_writer.interop.formats.rllib.exporter import _episode
+
+        end = episode_end(episode)
+        if end == "cut_short" and self.cut_short == "drop":
+            return {}
+        rllib_episode = _episode(
+            episode, end, index, self.name, self.observation_space, self.action_space
+        )
+        state = rllib_episode.get_state()
+        return {"item": [msgpack.packb(state, default=msgpack_numpy.encode)]}
+
+
+def _refuse(config: Any) -> None:
+    if config.input_read_sample_batches:
+        raise SpecError(
+            "input_read_sample_batches=True: an RLDS dataset is read in RLlib's column schema "
+            "(the default) or its episode schema (input_read_episodes=True), not as the old "
+            "stack's SampleBatches; unset input_read_sample_batches"
+        )
+    if config.is_multi_agent:
+        raise SpecError(
+            "a multi-agent config: RLlib's offline input reads single-agent episodes only; "
+            "train one module per dataset (RLDSRecorder writes one dataset per module)"
+        )
+    if config.input_filesystem is not None:
+        raise SpecError(
+            f"input_filesystem={config.input_filesystem!r}: RLDS datasets are read through "
+            "rlds_writer's storage seam (fsspec), configured by the environment "
+            "(AWS_ENDPOINT_URL, credentials); leave input_filesystem unset"
+        )
+
+
+def _input_path(config: Any) -> str:
+    paths = config.input_ if isinstance(config.input_, list) else [config.input_]
+    if len(paths) != 1 or not isinstance(paths[0], str | os.PathLike):
+        raise SpecError(
+            f"input_={config.input_!r}: RLDSOfflineData reads one RLDS dataset directory; "
+            "merge several with `rlds-writer merge`"
+        )
+    return os.fspath(paths[0])
+
+
+def read_for_rllib(config: Any, observation_space: Any = None, action_space: Any = None) -> Any:
+    """The `ray.data.Dataset` an RLlib config's offline input reads, in the schema it asks for.
+
+    Args:
+      config: the `AlgorithmConfig` (its `input_`, `input_read_episodes`,
+        `input_read_schema`, `input_read_method_kwargs`).
+      observation_space: for the episode schema; default the config's, else the dataset's.
+      action_space: likewise.
+
+    Raises:
+      SpecError: for what RLDS input cannot give (see the module doc).
+    """
+    _refuse(config)
+    path = _input_path(config)
+    kwargs = dict(config.input_read_method_kwargs or {})
+    options = {k: kwargs.pop(k) for k in _READ_OPTIONS if k in kwargs}
+    if not config.input_read_episodes:
+        source = RLDSDatasource(path, options.get("split", "train"), rows="transitions")
+        for field in ("observation", "action"):
+            leaves = [
+                leaf.key
+                for leaf in source.dataset.features.step_leaves
+                if leaf.path[:2] == ("steps", field)
+            ]
+            if leaves != [f"steps/{field}"]:
+                raise SpecError(
+                    f"steps/{field}: a dict {field} ({', '.join(leaves) or 'none'}) cannot go "
+                    "in RLlib's column schema; read episodes instead "
+                    "(input_read_episodes=True)"
+                )
+        schema = SCHEMA | dict(config.input_read_schema or {})
+        names = {ours: schema[theirs] for ours, theirs in _COLUMNS.items()}
+        data = read_rlds(path, rows="transitions", columns=list(names), **options, **kwargs)
+        return data.rename_columns(names)
+    from rlds_writer.interop.export_spaces import export_spaces
+    from rlds_writer.read.reader import open_dataset
+
+    reader = open_dataset(path)
+    observation_space = observation_space or getattr(config, "observation_space", None)
+    action_space = action_space or getattr(config, "action_space", None)
+    observation_space, action_space, _ = export_spaces(reader, observation_space, action_space)
+    items = EpisodeItems(
+        reader.name, observation_space, action_space, options.get("cut_short", "truncated")
+    )
+    return read_rlds(path, rows=items, **options, **kwargs)
+
+
+class RLDSOfflineData(OfflineData):
+    """RLlib's `OfflineData`, reading `config.input_` as an RLDS dataset (see the module doc).
+
+    Pass it as `config.offline_data(offline_data_class=RLDSOfflineData)`, or
+    let `offline_config` set it.
+    """
+
+    def __init__(self, config: Any):
+        # OfflineData.__init__ reads input_ with ray.data.<input_read_method>; this one
+        # sets what its sample() uses, as RLlib's own custom OfflineData examples do.
+        self.config = config
+        self.is_multi_agent = config.is_multi_agent
+        self.path = config.input_
+        self.data_read_method = read_rlds
+        self.data_read_method_kwargs = dict(config.input_read_method_kwargs or {})
+        self.data_read_batch_size = config.input_read_batch_size
+        self.materialize_data = config.materialize_data
+        self.materialize_mapped_data = config.materialize_mapped_data
+        self.data_is_mapped = False
+        self.filesystem = None
+        self.filesystem_kwargs = {}
+        self.filesystem_object = None
+        self.data = read_for_rllib(config)
+        if self.materialize_data:
+            self.data = self.data.materialize()
+        self.batch_iterators = None
+        self.map_batches_kwargs = self.default_map_batches_kwargs | config.map_batches_kwargs
+        self.iter_batches_kwargs = self.default_iter_batches_kwargs | config.iter_batches_kwargs
+        self.returned_streaming_split = False
+        self.prelearner_class = config.prelearner_class or OfflinePreLearner
+        self.locality_hints = None
+        self.learner_handles = None
+        self.module_spec = None
+
+
+def offline_config(
+    config: Any,
+    path: str | os.PathLike,
+    *,
+    split: str = "train",
+    schema: str = "columns",
+    observation_space: Any = None,
+    action_space: Any = None,
+    read_options: Mapping[str, Any] | None = None,
+    **offline_data: Any,
+) -> Any:
+    """Sets an RLlib `AlgorithmConfig` to train offline on an RLDS dataset, read where it lies.
+
+    Args:
+      config: an `AlgorithmConfig` (`BCConfig()`, `MARWILConfig()`, `CQLConfig()`, ...).
+      path: the RLDS dataset directory (local, `s3://...`, `gs://...`).
+      split: a TFDS split spec (`"train[:90%]"`).
+      schema: `"columns"` (one row per transition, RLlib's default input) or
+        `"episodes"` (whole `SingleAgentEpisode`s, `input_read_episodes=True`).
+      observation_space: the observation space; default the config's, else
+        the dataset's (recorded, or built from its features).
+      action_space: likewise.
+      read_options: more `read_rlds` / `ray.data.read_datasource` options
+        (`bytes_per_task`, `cut_short`, `concurrency`, ...).
+      **offline_data: more `config.offline_data(...)` settings.
+
+    Returns:
+      `config`, set (`environment(observation_space=..., action_space=...)` and
+      `offline_data(input_=[path], offline_data_class=RLDSOfflineData, ...)`).
+    """
+    if schema not in SCHEMAS:
+        raise ValueError(
+            f"schema must be one of {SCHEMAS}, got {schema!r}: 'columns' for RLlib's column "
+            "input, 'episodes' for input_read_episodes=True"
+        )
+    from rlds_writer.interop.export_spaces import export_spaces
+    from rlds_writer.read.reader import open_dataset
+
+    reader = open_dataset(path)
+    reader.episodes(split)  # the split spec, checked here
+    observation_space = observation_space or config.observation_space
+    action_space = action_space or config.action_space
+    observation_space, action_space, _ = export_spaces(reader, observation_space, action_space)
+    config = config.environment(observation_space=observation_space, action_space=action_space)
+    return config.offline_data(
+        input_=[os.fspath(path)],
+        offline_data_class=RLDSOfflineData,
+        input_read_episodes=schema == "episodes",
+        input_read_method_kwargs={"split": split, **(read_options or {})},
+        **offline_data,
+    )

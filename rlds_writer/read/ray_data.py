@@ -1,0 +1,434 @@
+"""RLDS datasets as Ray Data datasets, read on the cluster's workers.
+
+`read_rlds(path, split)` returns a `ray.data.Dataset` over a dataset directory
+(local, `s3://`, `gs://`, any fsspec protocol), with no copy of the data::
+
+    ds = read_rlds("s3://bucket/catch", "train[:90%]", rows="transitions",
+                   columns=["observation", "action", "reward"])
+    for batch in ds.iter_batches(batch_size=256): ...
+
+The driver reads only the dataset's JSON files (`store.dataset.Dataset`): the
+selection is cut into read tasks of whole episodes, each a run of one shard
+file or several small runs, sized by bytes on disk (`bytes_per_task`), and
+the tasks run on Ray's workers, which fetch their byte ranges and decode them
+(images included) where they run. Rows are
+
+* `rows="episodes"`: one row per episode; columns are the episode's fields by
+  path (`steps/observation`, `steps/action`, ..., `episode_metadata/seed`),
+  each step field an array with a leading time axis, plus `episode_index`;
+* `rows="transitions"`: one row per transition `(o, a, r, o')`, as
+  `rlds_writer.read.transitions` defines them: `observation`, `action`,
+  `reward`, `discount`, `next_observation`, `terminated`, `truncated`,
+  `step_metadata/<field>`, `next_step_metadata/<field>`, plus `episode_index`
+  and `step`; a dict observation gives `observation/<key>` columns;
+* a function `(episode, episode_index) -> dict of columns` (picklable: it runs
+  on the workers), for other layouts (`interop/formats/rllib/offline.py`
+  makes RLlib's episodes with one).
+
+`episode_index` is the episode's position in the selection, so a consumer can
+count what it read. `columns` (or Ray's `select_columns`, pushed down into the
+read) decodes only the fields those columns need.
+
+`ray` is an optional dependency (the `rllib` extra): this module imports it,
+`import rlds_writer` does not.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlds_writer.errors import optional_dependencies
+
+with optional_dependencies("rlds_writer.read.ray_data (reading RLDS with Ray Data)"):
+    import ray.data
+    from ray.data.block import BlockAccessor, BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+from rlds_writer.read.decode import wanted_by
+from rlds_writer.read.reader import DatasetReader, Episodes
+from rlds_writer.read.transitions import CUT_SHORT_MODES, END_FIELDS, episode_transitions
+from rlds_writer.store.dataset import Dataset, open_handle
+
+__all__ = ["ROWS", "RLDSDatasource", "read_rlds"]
+
+ROWS = ("episodes", "transitions")
+# Read tasks hold whole episodes: at least this many bytes each, unless the
+# caller asks for smaller ones (many small tasks cost more to schedule than to read).
+_MIN_TASK_BYTES = 1 << 20
+_BLOCK_BYTES = 32 << 20
+_TRANSITION_COLUMNS = ("observation", "action", "reward", "discount", "next_observation")
+_ALWAYS = ("steps/is_last", "steps/is_terminal")
+
+Segment = tuple[str, int, int, int]  # split, shard, first episode, end
+
+
+def _flat_columns(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from _flat_columns(value, name + "/")
+        elif value is not None:
+            yield name, value
+
+
+class RLDSDatasource(Datasource):
+    """A Ray Data datasource over one selection of an RLDS dataset (see the module doc).
+
+    Use `read_rlds`, or `ray.data.read_datasource(RLDSDatasource(...))`.
+
+    Args:
+      source: the dataset directory (local or `scheme://`) or a `Dataset`.
+      split: a TFDS split spec (`"train"`, `"train[:10%]"`, `"train+test"`).
+      rows: `"episodes"`, `"transitions"` or a function `(episode, index) -> columns`.
+      columns: the columns to give (and the only fields decoded), or None for all.
+      cut_short: for transitions: `"truncated"` keeps episodes the recorder cut
+        short, as truncated; `"drop"` leaves them out.
+      bytes_per_task: the most bytes on disk one read task reads (whole
+        episodes: a larger episode makes a task of its own).
+      verify_checksums: check each record's CRC before decoding it.
+      on_corrupt: `"raise"` or `"skip"` (as `open_dataset`).
+      fields: with a `rows` function, the fields it needs decoded (None: all).
+    """
+
+    def __init__(
+        self,
+        source: Dataset | str | os.PathLike,
+        split: str = "train",
+        *,
+        rows: str | Callable[[dict[str, Any], int], Mapping[str, Any]] = "episodes",
+        columns: Sequence[str] | None = None,
+        cut_short: str = "truncated",
+        bytes_per_task: int = 128 << 20,
+        verify_checksums: bool = True,
+        on_corrupt: str = "raise",
+        fields: Sequence[str] | None = None,
+    ):
+        super().__init__()
+        if not callable(rows) and rows not in ROWS:
+            raise ValueError(
+                f"rows must be one of {ROWS} or a function (episode, index) -> columns, got "
+                f"{rows!r}"
+            )
+        if cut_short not in CUT_SHORT_MODES:
+            raise ValueError(f"cut_short must be one of {CUT_SHORT_MODES}, got {cut_short!r}")
+        if bytes_per_task < 1:
+            raise ValueError(f"bytes_per_task must be >= 1, got {bytes_per_task}")
+        self.dataset = open_handle(source)
+        # Checks the split spec and the options on the driver, before any task runs
+        # (from the JSON files alone: no shard is opened).
+        reader = DatasetReader(
+            self.dataset, verify_checksums=verify_checksums, on_corrupt=on_corrupt
+        )
+        self.segments: list[Segment] = list(reader.episodes(split).segments)
+        self.split = split
+        self.rows = rows
+        self.columns = None if columns is None else list(columns)
+        self.cut_short = cut_short
+        self.bytes_per_task = bytes_per_task
+        self.verify_checksums = verify_checksums
+        self.on_corrupt = on_corrupt
+        self.fields = None if fields is None else list(fields)
+        self._projection_map: dict[str, str] | None = None
+        self._segment_bytes = [self._bytes(seg) for seg in self.segments]
+        if self.columns is not None:
+            self._fields_for(self.columns)  # an unknown column fails here, not on a worker
+
+    def get_name(self) -> str:
+        return "RLDS"
+
+    def supports_projection_pushdown(self) -> bool:
+        return True
+
+    def _wanted_columns(self) -> list[str] | None:
+        projected = None if self._projection_map is None else list(self._projection_map)
+        if self.columns is None:
+            return projected
+        if projected is None:
+            return self.columns
+        return [c for c in self.columns if c in projected]
+
+    def _bytes(self, segment: Segment) -> int:
+        """The bytes on disk of a run of episodes (their share of the shard's size)."""
+        split, shard, a, b = segment
+        listing = self.dataset.splits[split]
+        total = listing.num_episodes or 1
+        if listing.num_bytes > 0:
+            per_episode = listing.num_bytes / total
+        else:  # an old listing without sizes: the shard's own size
+            size = self.dataset.size(listing.shard_name(shard))
+            per_episode = size / max(1, listing.shard_lengths[shard])
+        return max(1, int(per_episode * (b - a)))
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return sum(self._segment_bytes)
+
+    def _fields_for(self, columns: Sequence[str] | None) -> list[str] | None:
+        """The features to decode for `columns` (None: every one)."""
+        if callable(self.rows):
+            return self.fields
+        if columns is None:
+            return None
+        leaves = self.dataset.features.step_leaves + self.dataset.features.episode_leaves
+        keys = [leaf.key for leaf in leaves]
+        out: set[str] = set()
+        for column in columns:
+            if column in ("episode_index", "step"):
+                continue
+            if self.rows == "episodes":
+                field = column
+            else:
+                head, _, rest = column.partition("/")
+                if head in ("observation", "next_observation"):
+                    field = "steps/observation" + (f"/{rest}" if rest else "")
+                elif head in ("action", "reward", "discount") and not rest:
+                    field = f"steps/{head}"
+                elif head in ("terminated", "truncated") and not rest:
+                    continue
+                elif head in ("step_metadata", "next_step_metadata"):
+                    field = f"steps/{rest}" if rest else "steps"
+                else:
+                    raise ValueError(
+                        f"column {column!r}: transitions have observation, action, reward, "
+                        "discount, next_observation, terminated, truncated, step_metadata/..., "
+                        "next_step_metadata/..., episode_index and step"
+                    )
+            if not any(wanted_by(key, field) for key in keys):
+                if head_is_optional(column):
+                    continue  # reward or discount: transitions fill them in
+                raise ValueError(
+                    f"column {column!r}: the dataset has no field {field!r} (it has "
+                    f"{', '.join(keys)})"
+                )
+            out.add(field)
+        if self.rows == "transitions":
+            out.update(k for k in _ALWAYS if k in keys)
+            out.update(
+                leaf.key
+                for leaf in self.dataset.features.episode_leaves
+                if leaf.path[-1] in END_FIELDS
+            )
+        return sorted(out)
+
+    def get_read_tasks(
+        self,
+        parallelism: int,
+        per_task_row_limit: int | None = None,
+        data_context: Any = None,
+    ) -> list[ReadTask]:
+        total = sum(self._segment_bytes)
+        target = self.bytes_per_task
+        if parallelism and parallelism > 0 and total:
+            # Enough tasks for the parallelism Ray asks for, but not tiny ones.
+            even = math.ceil(total / parallelism)
+            target = min(target, max(even, min(_MIN_TASK_BYTES, target)))
+        columns = self._wanted_columns()
+        fields = self._fields_for(columns)
+        tasks = []
+        for segments, first, nbytes in self._groups(target):
+            episodes = sum(b - a for _, _, a, b in segments)
+            files = sorted({self.dataset.shard_path(s, i) for s, i, _, _ in segments})
+            metadata = BlockMetadata(
+                num_rows=episodes if self.rows == "episodes" else None,
+                size_bytes=nbytes,
+                exec_stats=None,
+                input_files=files,
+            )
+            read = _TaskRead(self, segments, first, columns, fields)
+            tasks.append(ReadTask(read, metadata, per_task_row_limit=per_task_row_limit))
+        return tasks
+
+    def _groups(self, target: int) -> Iterator[tuple[list[Segment], int, int]]:
+        """Runs of episodes of about `target` bytes: (segments, first episode index, bytes)."""
+        group: list[Segment] = []
+        group_bytes = 0
+        first = index = 0
+        for segment, nbytes in zip(self.segments, self._segment_bytes):
+            split, shard, a, b = segment
+            per_episode = nbytes / max(1, b - a)
+            start = a
+            while start < b:
+                room = max(1, int((target - group_bytes) // max(per_episode, 1)))
+                if group and group_bytes + per_episode > target:
+                    yield group, first, int(group_bytes)
+                    group, group_bytes, first = [], 0, index
+                    continue
+                stop = min(b, start + room)
+                group.append((split, shard, start, stop))
+                group_bytes += per_episode * (stop - start)
+                index += stop - start
+                start = stop
+        if group:
+            yield group, first, int(group_bytes)
+
+
+def head_is_optional(column: str) -> bool:
+    return column in ("reward", "discount")
+
+
+class _TaskRead:
+    """One read task: decodes its episodes on the worker and yields blocks of rows."""
+
+    def __init__(
+        self,
+        source: RLDSDatasource,
+        segments: list[Segment],
+        first: int,
+        columns: list[str] | None,
+        fields: list[str] | None,
+    ):
+        self.dataset = source.dataset
+        self.split = source.split
+        self.rows = source.rows
+        self.cut_short = source.cut_short
+        self.verify_checksums = source.verify_checksums
+        self.on_corrupt = source.on_corrupt
+        self.segments = segments
+        self.first = first
+        self.columns = columns
+        self.fields = fields
+
+    def __call__(self) -> Iterator[Any]:
+        reader = DatasetReader(
+            self.dataset,
+            verify_checksums=self.verify_checksums,
+            on_corrupt=self.on_corrupt,
+            fields=self.fields,
+        )
+        episodes = Episodes(reader, self.segments, self.split)
+        pending: dict[str, list[Any]] = {}
+        size = 0
+        try:
+            for offset, episode in enumerate(episodes._full()):
+                index = self.first + offset
+                for name, chunk in self._columns(episode, index):
+                    pending.setdefault(name, []).append(chunk)
+                    size += _nbytes(chunk)
+                if size >= _BLOCK_BYTES:
+                    yield _block(pending)
+                    pending, size = {}, 0
+            if pending:
+                yield _block(pending)
+        finally:
+            reader.close()
+
+    def _columns(self, episode: dict[str, Any], index: int) -> Iterator[tuple[str, Any]]:
+        """(column, chunk) pairs: a chunk is a list of row values or an array of rows."""
+        if callable(self.rows):
+            out = self.rows(episode, index)
+            return ((k, v if isinstance(v, np.ndarray) else list(v)) for k, v in out.items())
+        if self.rows == "episodes":
+            return self._episode_row(episode, index)
+        return self._transition_rows(episode, index)
+
+    def _keep(self, name: str) -> bool:
+        return self.columns is None or name in self.columns
+
+    def _episode_row(self, episode: dict[str, Any], index: int) -> Iterator[tuple[str, list[Any]]]:
+        if self._keep("episode_index"):
+            yield "episode_index", [np.int64(index)]
+        for name, value in _flat_columns(episode):
+            if self._keep(name):
+                yield name, [value]
+
+    def _transition_rows(
+        self, episode: dict[str, Any], index: int
+    ) -> Iterator[tuple[str, list[Any]]]:
+        steps = episode.get("steps") or {}
+        if "observation" not in steps:  # not asked for: is_last counts the steps
+            steps = {**steps, "observation": steps["is_last"]}
+            episode = {**episode, "steps": steps}
+        batch = episode_transitions(episode, cut_short=self.cut_short)
+        if batch is None:
+            return
+        n = len(batch["terminated"])
+        if not n:
+            return
+        if self._keep("episode_index"):
+            yield "episode_index", np.full(n, index, np.int64)
+        if self._keep("step"):
+            yield "step", np.arange(n, dtype=np.int64)
+        for name, column in _flat_columns(batch):
+            if self._keep(name):
+                yield name, column if isinstance(column, np.ndarray) else list(column)
+
+
+def _nbytes(chunk: Any) -> int:
+    if isinstance(chunk, np.ndarray) and chunk.dtype != object:
+        return chunk.nbytes
+    return sum(getattr(v, "nbytes", 8) for v in chunk)
+
+
+def _block(columns: dict[str, list[Any]]) -> Any:
+    """A Ray Data block (an Arrow table) from each column's chunks."""
+    batch = {}
+    for name, chunks in columns.items():
+        if all(isinstance(c, np.ndarray) and c.dtype != object for c in chunks) and (
+            len({(c.shape[1:], c.dtype) for c in chunks}) == 1
+        ):
+            batch[name] = np.concatenate(chunks)  # arrays of rows, alike
+            continue
+        values = [v for chunk in chunks for v in chunk]
+        first = values[0] if values else None
+        if (
+            isinstance(first, np.ndarray | np.generic)
+            and first.dtype != object
+            and all(
+                isinstance(v, np.ndarray | np.generic)
+                and v.shape == first.shape
+                and v.dtype == first.dtype
+                for v in values
+            )
+        ):
+            batch[name] = np.stack(values)
+        else:
+            batch[name] = values  # episodes of different lengths, bytes, text
+    return BlockAccessor.batch_to_block(batch)
+
+
+def read_rlds(
+    path: Dataset | str | os.PathLike,
+    split: str = "train",
+    *,
+    rows: str | Callable[[dict[str, Any], int], Mapping[str, Any]] = "episodes",
+    columns: Sequence[str] | None = None,
+    cut_short: str = "truncated",
+    bytes_per_task: int = 128 << 20,
+    verify_checksums: bool = True,
+    on_corrupt: str = "raise",
+    **read_args: Any,
+) -> ray.data.Dataset:
+    """Reads an RLDS dataset into a `ray.data.Dataset` (see the module doc).
+
+    Args:
+      path: the dataset directory (local, `s3://...`, `gs://...`) or a `Dataset`.
+      split: a TFDS split spec, e.g. `"train[:90%]"`.
+      rows: `"episodes"` (one row per episode), `"transitions"` (one per
+        `(o, a, r, o')`) or a function `(episode, index) -> dict of columns`.
+      columns: the columns to give; only the fields they need are decoded.
+      cut_short: `"truncated"` or `"drop"`, for episodes the recorder cut short
+        (transitions).
+      bytes_per_task: the most bytes on disk a read task reads.
+      verify_checksums: check each record's CRC.
+      on_corrupt: `"raise"` or `"skip"`.
+      **read_args: passed to `ray.data.read_datasource` (`concurrency`,
+        `num_cpus`, `override_num_blocks`, `ray_remote_args`, ...).
+
+    Returns:
+      A lazy `ray.data.Dataset`: nothing is read until it is consumed.
+    """
+    source = RLDSDatasource(
+        path,
+        split,
+        rows=rows,
+        columns=columns,
+        cut_short=cut_short,
+        bytes_per_task=bytes_per_task,
+        verify_checksums=verify_checksums,
+        on_corrupt=on_corrupt,
+    )
+    return ray.data.read_datasource(source, **read_args)

@@ -1,0 +1,185 @@
+"""RLlib's offline training straight from an RLDS dataset (`interop/formats/rllib/offline.py`).
+
+No export: `RLDSOfflineData` reads the RLDS shards through Ray Data in the
+schema RLlib asks for. The source is CartPole recorded by a policy that
+always pushes right (action 1): behaviour cloning must move the policy
+towards it, MARWIL must train with finite losses, and one epoch of training
+must hand every recorded transition to RLlib's pre-learner exactly once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+# TensorFlow first: RLlib's try_import_tf() disables TF2 behaviour (eager
+# execution) for the whole process when it is the one that imports TensorFlow.
+pytest.importorskip("tensorflow")
+gym = pytest.importorskip("gymnasium")
+ray = pytest.importorskip("ray")
+pytest.importorskip("ray.rllib")
+pytest.importorskip("msgpack_numpy")
+torch = pytest.importorskip("torch")
+
+import rlds_writer  # noqa: E402
+from rlds_writer.errors import SpecError  # noqa: E402
+from rlds_writer.interop.formats.rllib import offline  # noqa: E402
+
+_COUNTER = "rlds-offline-counter"
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory, record_episodes):
+    """CartPole pushed right: 6 episodes of at most 8 steps, the last cut short after 3."""
+    return record_episodes(
+        gym.make("CartPole-v1", max_episode_steps=8),
+        tmp_path_factory.mktemp("rlds") / "push_right",
+        6,
+        action=1,
+        cut_last_at=2,
+    ).path
+
+
+def _config(algo_class, path, schema, **offline_data):
+    config = algo_class().training(train_batch_size_per_learner=16, lr=0.01).debugging(seed=0)
+    return offline.offline_config(
+        config,
+        path,
+        schema=schema,
+        dataset_num_iters_per_learner=1,
+        map_batches_kwargs={"concurrency": 1, "num_cpus": 1},
+        iter_batches_kwargs={"prefetch_batches": 1},
+        read_options={"bytes_per_task": 1},  # a read task per episode: several workers
+        **offline_data,
+    )
+
+
+def _p_right(algo, observations):
+    """The trained policy's mean probability of action 1 on the recorded observations."""
+
+    def p_right(learner):
+        with torch.no_grad():
+            out = learner.module["default_policy"].forward_inference(
+                {"obs": torch.as_tensor(observations)}
+            )
+        return torch.softmax(out["action_dist_inputs"], -1)[:, 1].mean().item()
+
+    return [result.get() for result in algo.learner_group.foreach_learner(p_right)][0]
+
+
+def test_marwil_from_rlds_episodes_trains_with_finite_losses(source, ray_session):
+    from ray.rllib.algorithms.marwil import MARWILConfig
+
+    algo = _config(MARWILConfig, source, "episodes").build_algo()
+    try:
+        learner = algo.train()["learners"]["default_policy"]
+    finally:
+        algo.stop()
+    assert np.isfinite(learner["vf_loss"]) and np.isfinite(learner["policy_loss"])
+    assert learner["num_module_steps_trained"] > 0
+
+
+@ray.remote(num_cpus=0)
+class Counter:
+    """What the pre-learners were handed: (episode index, step) per transition."""
+
+    def __init__(self):
+        self.seen = []
+
+    def add(self, keys):
+        self.seen.extend(keys)
+
+    def get(self):
+        return list(self.seen)
+
+
+def _counting_prelearner():
+    from ray.rllib.offline.offline_prelearner import OfflinePreLearner
+
+    class CountingPreLearner(OfflinePreLearner):
+        def __call__(self, batch):
+            keys = list(zip(np.asarray(batch["eps_id"]).tolist(), np.asarray(batch["t"]).tolist()))
+            ray.get(ray.get_actor(_COUNTER).add.remote(keys))
+            return super().__call__(batch)
+
+    return CountingPreLearner
+
+
+def test_bc_from_rlds_learns_the_recorded_action_reading_each_transition_once_an_epoch(
+    source, ray_session
+):
+    from ray.rllib.algorithms.bc import BCConfig
+
+    observations = rlds_writer.open_dataset(source).episodes("train").qlearning_dataset()
+    expected = sorted((int(t["episode_ids"]), int(t["step"])) for t in _transitions(source))
+    counter = Counter.options(name=_COUNTER).remote()
+    config = _config(BCConfig, source, "columns", prelearner_class=_counting_prelearner())
+    algo = config.build_algo()
+    try:
+        assert isinstance(algo.offline_data, offline.RLDSOfflineData)
+        before = _p_right(algo, observations["observations"])
+        seen = []
+        for _ in range(4 * len(expected)):
+            result = algo.train()
+            seen = ray.get(counter.get.remote())
+            if len(seen) >= len(expected):
+                break
+        after = _p_right(algo, observations["observations"])
+    finally:
+        algo.stop()
+        ray.kill(counter)
+    # One epoch: every transition of every episode handed to RLlib, once.
+    assert sorted(seen) == expected
+    learner = result["learners"]["default_policy"]
+    assert learner["num_module_steps_trained"] > 0 and np.isfinite(learner["policy_loss"])
+    assert after > before + 0.05, (before, after)
+
+
+def _transitions(path):
+    """(episode index, step) of every transition, from the TF-free reader."""
+    arrays = rlds_writer.open_dataset(path).episodes("train").qlearning_dataset()
+    ids = arrays["episode_ids"]
+    out = []
+    for episode in np.unique(ids):
+        for step in range(int((ids == episode).sum())):
+            out.append({"episode_ids": episode, "step": step})
+    return out
+
+
+class _DictObs(gym.Env):
+    observation_space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,), np.float32)})
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return {"pos": np.zeros(2, np.float32)}, {}
+
+    def step(self, action):
+        return {"pos": np.zeros(2, np.float32)}, 0.0, True, False, {}
+
+
+def test_what_rlds_input_cannot_give_is_refused_in_one_line(source, tmp_path):
+    from ray.rllib.algorithms.bc import BCConfig
+
+    def refused(config):
+        with pytest.raises(SpecError) as error:
+            offline.RLDSOfflineData(config)
+        assert "\n" not in str(error.value)
+        return str(error.value)
+
+    base = offline.offline_config(BCConfig(), source)
+    assert "input_read_sample_batches" in refused(
+        base.copy().offline_data(input_read_sample_batches=True)
+    )
+    assert "input_filesystem" in refused(base.copy().offline_data(input_filesystem="s3"))
+    assert "one RLDS dataset" in refused(base.copy().offline_data(input_=[str(source)] * 2))
+    env = rlds_writer.RecordRLDS(_DictObs(), tmp_path / "dict")
+    env.reset()
+    env.step(0)
+    env.close()
+    columns = offline.offline_config(BCConfig(), tmp_path / "dict")
+    assert "input_read_episodes=True" in refused(columns)
+    with pytest.raises(ValueError, match="schema must be one of"):
+        offline.offline_config(BCConfig(), source, schema="batches")
+    with pytest.raises(ValueError, match="Unknown split 'valid'"):
+        offline.offline_config(BCConfig(), source, split="valid")
