@@ -4,8 +4,10 @@
 - `WindowDataset`: map-style, one item per `size`-step window inside an episode
   (the sampling unit of most offline RL algorithms).
 - `RLDSIterableDataset`: streams episodes, steps, step batches or windows, and
-  splits the work across `DataLoader` workers (and distributed ranks) by shard
-  file, so that every worker reads its own files sequentially.
+  splits the work across `DataLoader` workers and `torch.distributed` ranks by
+  shard file, so that every worker reads its own files sequentially (from
+  local disk or object storage, by ranges) and together they read every
+  episode once per epoch, in an order shuffled by seed and epoch if asked.
 - `collate`: batches nested dicts of numpy values into nested dicts of tensors.
 
 `torch` is an optional dependency (the `torch` extra: `pip install -e ".[torch]"`
@@ -181,11 +183,17 @@ class WindowDataset(torch_data.Dataset):
 class RLDSIterableDataset(torch_data.IterableDataset):
     """Streams a selection of episodes, split across workers by shard file.
 
-    Each `DataLoader` worker (and each distributed rank, if `rank` and
-    `world_size` are given) reads a disjoint part of the selection: whole shard
-    files dealt out round-robin when there are at least as many files as
-    readers, otherwise contiguous episode ranges. Together the workers read
-    every selected episode exactly once per epoch.
+    Each `DataLoader` worker of each distributed rank reads a disjoint part of
+    the selection: whole shard files dealt out round-robin when there are at
+    least as many files as readers (ranks x workers), otherwise contiguous
+    episode ranges. Together they read every selected episode exactly once per
+    epoch. The rank and world size are `torch.distributed`'s when a process
+    group is initialised (or those given). Shuffling is deterministic: the same
+    `seed` and epoch (`set_epoch`, before the `DataLoader` starts its workers:
+    with `persistent_workers=True` they keep the epoch they started with) give
+    the same order on every rank, so the parts stay disjoint. Parts may differ
+    by a file's worth of episodes; a DDP loop that needs equal step counts per
+    rank stops at the shortest (e.g. `torch.distributed.algorithms.Join`).
 
     Args:
       source: a dataset directory, a `DatasetReader` or an `Episodes` view.
@@ -199,9 +207,12 @@ class RLDSIterableDataset(torch_data.IterableDataset):
       stride: steps between window starts, for `unit="windows"`.
       shuffle_files: shuffle the order of shard files each epoch (seeded by
         `seed` and `set_epoch`).
-      seed: seed for `shuffle_files`.
-      rank: this process's rank, for distributed training.
-      world_size: number of ranks.
+      shuffle_episodes: also shuffle the order of the episodes within each
+        reader's part, each epoch (each episode is then one read: a range
+        request in object storage).
+      seed: seed for the shuffles.
+      rank: this process's rank (default: `torch.distributed`'s, else 0).
+      world_size: number of ranks (default: `torch.distributed`'s, else 1).
       transform: applied to each item.
       **open_kwargs: passed to `open_dataset` when `source` is a path (e.g.
         `on_corrupt="skip"`).
@@ -217,9 +228,10 @@ class RLDSIterableDataset(torch_data.IterableDataset):
         stride: int = 1,
         shuffle_files: bool = False,
         seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
+        rank: int | None = None,
+        world_size: int | None = None,
         transform: Callable[[Any], Any] | None = None,
+        shuffle_episodes: bool = False,
         **open_kwargs: Any,
     ):
         if unit not in _UNITS:
@@ -228,6 +240,11 @@ class RLDSIterableDataset(torch_data.IterableDataset):
             raise ValueError("unit='windows' needs window=<steps per window>")
         if batch_size is not None and unit != "steps":
             raise ValueError("batch_size applies to unit='steps' only; batch others in DataLoader")
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if world_size is None:
+            world_size = torch.distributed.get_world_size() if distributed else 1
+        if rank is None:
+            rank = torch.distributed.get_rank() if distributed else 0
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} out of range for world_size {world_size}")
         self.episodes = _episodes(source, split, open_kwargs)
@@ -236,6 +253,7 @@ class RLDSIterableDataset(torch_data.IterableDataset):
         self.window = window
         self.stride = stride
         self.shuffle_files = shuffle_files
+        self.shuffle_episodes = shuffle_episodes
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
@@ -258,7 +276,14 @@ class RLDSIterableDataset(torch_data.IterableDataset):
             episodes = Episodes(
                 episodes.reader, [s for f in files for s in f.segments], episodes.spec
             )
-        return episodes.partition(index, count)
+        part = episodes.partition(index, count)
+        if not self.shuffle_episodes:
+            return part
+        # Seeded by part as well: each reader its own order, the same on every run.
+        order = np.random.default_rng([self.seed, self.epoch, index]).permutation(len(part))
+        located = (part._locate(int(i)) for i in order)
+        segments = [(split, shard, local, local + 1) for split, shard, local in located]
+        return Episodes(part.reader, segments, part.spec)
 
     def __iter__(self) -> Iterator[Any]:
         part = self._part()

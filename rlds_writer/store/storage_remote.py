@@ -70,6 +70,7 @@ class FsspecStorage:
         if module is not None:
             _import(module, feature, extra)
         self.protocol = protocol
+        self._pid = os.getpid()
         try:
             self._fs_instance = fsspec.filesystem(protocol)
         except (ImportError, ValueError) as e:
@@ -80,7 +81,16 @@ class FsspecStorage:
 
     @property
     def fs(self) -> Any:
-        """The fsspec file system."""
+        """The fsspec file system (this process's: async ones are not fork-safe).
+
+        A forked process (a `DataLoader` worker) that inherited this object
+        makes its own client on first use; fsspec's instance cache does the same.
+        """
+        if os.getpid() != self._pid:
+            import fsspec
+
+            self._fs_instance = fsspec.filesystem(self.protocol)
+            self._pid = os.getpid()
         return self._fs_instance
 
     def _key(self, path: str) -> str:
@@ -227,7 +237,7 @@ class RemoteRandomAccess:
     def __init__(self, storage: FsspecStorage, path: str):
         self.path = path
         self._lock = threading.Lock()
-        self._fs = storage.fs
+        self._storage = storage
         self._key = storage._key(path)
         storage._invalidate(path)
         self.size = int(storage.fs.size(self._key))
@@ -237,7 +247,7 @@ class RemoteRandomAccess:
         self.bytes_fetched = 0
 
     def _fetch(self, start: int, end: int) -> bytes:
-        data = bytes(self._fs.cat_file(self._key, start=start, end=end))
+        data = bytes(self._storage.fs.cat_file(self._key, start=start, end=end))
         with self._lock:
             self._requests += 1
             self.bytes_fetched += len(data)
