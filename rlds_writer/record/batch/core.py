@@ -78,6 +78,8 @@ class BatchRecorder:
         spaces); its episode metadata gets `end_reason` as the recorders' does.
       num_envs: the batch size `N`.
       split: the split episodes go to.
+      per_env: sub-envs are stepped apart, a few at a time (`env_ids` at
+        every `add`, as EnvPool's async `recv` gives them).
       ring_bytes: about how much memory the time-major ring takes (rows of
         longer episodes are copied out of it, never pinned).
       **writer_kwargs: `DatasetWriter` arguments (`mode`, `metadata`,
@@ -95,6 +97,7 @@ class BatchRecorder:
         num_envs: int,
         *,
         split: str = "train",
+        per_env: bool = False,
         ring_bytes: int = DEFAULT_RING_BYTES,
         **writer_kwargs: Any,
     ):
@@ -114,15 +117,16 @@ class BatchRecorder:
         except BaseException:
             self.writer.close()
             raise
+        self._per_env = per_env
         self._ring = TimeRing(
-            self._fields, num_envs, chunk_steps(self._fields, num_envs, ring_bytes)
+            self._fields, num_envs, chunk_steps(self._fields, num_envs, ring_bytes), per_env
         )
         self._episode_values = {
             reason: self._episode_values_for(reason)
             for reason in (end_reasons.TERMINATED, end_reasons.TRUNCATED, end_reasons.CUT_SHORT)
         }
         self._metadata_keys = list(self._layout.metadata_keys)
-        self._checked: dict[str, tuple[type, tuple, np.dtype]] = {}
+        self._checked: dict[tuple[str, int], tuple[type, tuple, np.dtype]] = {}
         close_at_exit(self)
 
     # ------------------------------------------------------------ set-up
@@ -173,24 +177,33 @@ class BatchRecorder:
         observation: Any,
         step_metadata: Mapping[str, Any] | None = None,
         mask: Any = None,
+        env_ids: Any = None,
     ) -> None:
         """Starts episodes in the sub-envs of `mask` (default: all) with step 0 of each.
 
         An episode still open in one of them is written first, cut short.
 
         Args:
-          observation: the batch of first observations (every sub-env's row;
-            only those in `mask` are read).
+          observation: the batch of first observations (every row of the
+            batch; only those in `mask` are read).
           step_metadata: step metadata key -> batch.
-          mask: a boolean array of `num_envs`, or None for every sub-env.
+          mask: a boolean array over the batch's rows, or None for all.
+          env_ids: the sub-env of each row, for a batch of some sub-envs
+            (EnvPool's async `recv`); None: row `i` is sub-env `i`.
         """
         self._check_open()
-        mask = self._mask(mask)
-        values = self._values(OBSERVATION_LIKE, observation=observation, metadata=step_metadata)
-        reopen = mask & self._ring.open
-        if reopen.any():
-            self.end(reopen, cut_short=True)
-        self._ring.begin(mask, values)
+        ids = self._ids(env_ids)
+        rows = len(ids) if ids is not None else self.num_envs
+        mask = self._mask(mask, rows)
+        values = self._values(
+            OBSERVATION_LIKE, rows, observation=observation, metadata=step_metadata
+        )
+        picked = np.flatnonzero(mask)
+        envs = picked if ids is None else ids[picked]
+        reopen = envs[self._ring.open[envs]]
+        if len(reopen):
+            self._end_envs(reopen, False, cut_short=True)
+        self._ring.begin(envs, values, None if ids is None else picked)
 
     def add(
         self,
@@ -199,6 +212,7 @@ class BatchRecorder:
         discount: Any,
         observation: Any,
         step_metadata: Mapping[str, Any] | None = None,
+        env_ids: Any = None,
     ) -> None:
         """Records one vector step: `a_t, r_t, d_t` and `o_{t+1}` of every sub-env.
 
@@ -206,17 +220,32 @@ class BatchRecorder:
         step of Gymnasium's next-step autoreset, a sub-env waiting for its reset).
         A refused value raises `StepValueError` naming the field, and the step
         is not recorded for any sub-env.
+
+        Args:
+          action, reward, discount, observation, step_metadata: batches.
+          env_ids: as for `begin`; a recorder made with `per_env=True` takes
+            them (each sub-env then has its own time).
         """
         self._check_open()
+        ids = self._ids(env_ids)
+        if (ids is not None) != self._per_env:
+            raise ValueError(
+                "env_ids are for a BatchRecorder made with per_env=True (sub-envs stepped "
+                "apart), and it needs them at every add"
+            )
         values = self._values(
             None,
+            self.num_envs if ids is None else len(ids),
             observation=observation,
             metadata=step_metadata,
             action=action,
             reward=reward,
             discount=discount,
         )
-        self._ring.write(values)
+        if ids is None:
+            self._ring.write(values)
+        else:
+            self._ring.write_some(values, ids)
 
     def replace(self, i: int, observation: Any, step_metadata: Mapping[str, Any] | None) -> None:
         """Replaces sub-env `i`'s observation (and metadata) in the step just added.
@@ -226,35 +255,49 @@ class BatchRecorder:
         comes in `info["final_obs"]`).
         """
         ring = self._ring
-        row = (ring.t - 1) % ring.size
+        row = (ring._next(i) - 1) % ring.size
         sources = {OBSERVATION: observation, METADATA: step_metadata}
         for group, leaves in self._groups.items():
             if group not in sources:
                 continue
             for path, field in leaves:
                 value = _pick(sources[group], path, field.key)
-                arr = np.asarray(cast_single(field.spec, value))
-                ring.ring[field.key][row, i] = arr
+                ring.ring[field.key][row, i] = cast_single(field.spec, value)
 
-    def end(self, mask: Any, terminated: Any = False, *, cut_short: bool = False) -> None:
-        """Ends the open episodes of the sub-envs in `mask` after the last step added.
+    def end(
+        self,
+        mask: Any,
+        terminated: Any = False,
+        *,
+        cut_short: bool = False,
+        env_ids: Any = None,
+    ) -> None:
+        """Ends the open episodes of the sub-envs in `mask` after their last step added.
 
         Args:
-          mask: a boolean array of `num_envs` (sub-envs without an open
-            episode are skipped).
-          terminated: a boolean array or bool: the env terminated the episode
-            (`is_terminal`); else it was truncated.
+          mask: a boolean array over the batch's rows (sub-envs without an
+            open episode are skipped).
+          terminated: a boolean array over the rows, or a bool: the env
+            terminated the episode (`is_terminal`); else it was truncated.
           cut_short: the recorder, not the env, ended them (`end_reason`).
+          env_ids: as for `begin`.
         """
-        mask = self._mask(mask) & self._ring.open
-        envs = np.flatnonzero(mask)
-        if not len(envs):
-            return
-        terminated = np.broadcast_to(np.asarray(terminated, np.bool_), (self.num_envs,))
+        ids = self._ids(env_ids)
+        rows = self.num_envs if ids is None else len(ids)
+        picked = np.flatnonzero(self._mask(mask, rows))
+        terminated = np.broadcast_to(np.asarray(terminated, np.bool_), (rows,))
+        envs = picked if ids is None else ids[picked]
+        keep = self._ring.open[envs]
+        if keep.any():
+            self._end_envs(envs[keep], terminated[picked][keep], cut_short=cut_short)
+
+    def _end_envs(self, envs: np.ndarray, terminated: Any, cut_short: bool) -> None:
+        terminated = np.broadcast_to(np.asarray(terminated, np.bool_), envs.shape)
+        by_env = dict(zip(envs.tolist(), terminated.tolist()))
         flags, write, split = self._layout.flags, self.writer.write, self.split
         values = self._episode_values
         for i, n, columns in self._ring.gather(envs):
-            ended = bool(terminated[i]) and not cut_short
+            ended = by_env[i] and not cut_short
             if cut_short:
                 reason = end_reasons.CUT_SHORT
             else:
@@ -272,7 +315,7 @@ class BatchRecorder:
             return
         try:
             if self._ring.open.any():
-                self.end(self._ring.open.copy(), cut_short=True)
+                self._end_envs(np.flatnonzero(self._ring.open), False, cut_short=True)
         finally:
             self._closed = True
             self.writer.close()
@@ -291,20 +334,27 @@ class BatchRecorder:
         if self._closed:
             raise WriterClosedError(f"the batch recorder of {self.data_directory} is closed")
 
-    def _mask(self, mask: Any) -> np.ndarray:
+    def _ids(self, env_ids: Any) -> np.ndarray | None:
+        if env_ids is None:
+            return None
+        ids = host_array(env_ids, "env_ids").astype(np.int64, copy=False).reshape(-1)
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.num_envs):
+            raise StepValueError("env_ids", f"expected sub-envs in [0, {self.num_envs}), got {ids}")
+        return ids
+
+    def _mask(self, mask: Any, rows: int) -> np.ndarray:
         if mask is None:
-            return np.ones(self.num_envs, np.bool_)
+            return np.ones(rows, np.bool_)
         arr = host_array(mask, "mask")
-        if arr.dtype != np.bool_ or arr.shape != (self.num_envs,):
+        if arr.dtype != np.bool_ or arr.shape != (rows,):
             raise StepValueError(
                 "mask", f"expected bool[{self.num_envs}], got {arr.dtype}{arr.shape}"
             )
         return arr
 
-    def _values(self, role: str | None, **groups: Any) -> dict[str, np.ndarray]:
-        """Every field's batch of this call, checked; `role` limits it to those fields."""
+    def _values(self, role: str | None, n: int, **groups: Any) -> dict[str, np.ndarray]:
+        """Every field's batch of `n` rows, checked; `role` limits it to those fields."""
         out: dict[str, np.ndarray] = {}
-        n = self.num_envs
         checked = self._checked
         for group, leaves in self._groups.items():
             value = groups.get(group)
@@ -319,7 +369,7 @@ class BatchRecorder:
                 if role is not None and field.role != role:
                     continue
                 leaf = _pick(value, path, field.key) if path else value
-                seen = checked.get(field.key)
+                seen = checked.get((field.key, n))
                 if (
                     seen is not None
                     and type(leaf) is seen[0]
@@ -330,7 +380,7 @@ class BatchRecorder:
                     continue
                 arr = check_batch(field.spec, host_array(leaf, field.key), n)
                 if type(leaf) is np.ndarray and arr is leaf:
-                    checked[field.key] = (np.ndarray, leaf.shape, leaf.dtype)
+                    checked[field.key, n] = (np.ndarray, leaf.shape, leaf.dtype)
                 out[field.key] = arr
         return out
 

@@ -65,9 +65,10 @@ class TimeRing:
       fields: the per-step leaf fields, in the order their values come in.
       num_envs: the batch size `N`.
       chunk: rows per chunk (`chunk_steps`).
+      per_env: sub-envs are stepped apart (`write_some`), each at its own row.
     """
 
-    def __init__(self, fields: list[BatchField], num_envs: int, chunk: int):
+    def __init__(self, fields: list[BatchField], num_envs: int, chunk: int, per_env: bool = False):
         self.fields = fields
         self.num_envs = num_envs
         self.chunk = chunk
@@ -82,23 +83,31 @@ class TimeRing:
         }
         self.start = np.zeros(num_envs, np.int64)  # first transition row of the open episode
         self.open = np.zeros(num_envs, np.bool_)
-        self.t = 0  # the next row to write
+        self.t = 0  # the next row to write (all sub-envs stepped together)
+        # Or each sub-env's next row, where they are stepped apart (`write_some`).
+        self.tvec: np.ndarray | None = np.zeros(num_envs, np.int64) if per_env else None
         # sub-env -> field key -> rows copied out of the ring, in order
         self.spilled: dict[int, dict[str, list[np.ndarray]]] = {}
 
     # ------------------------------------------------------------ per step
 
-    def begin(self, mask: np.ndarray, values: dict[str, np.ndarray]) -> None:
-        """Episodes begin in the sub-envs of `mask` with these first values (a whole batch)."""
-        for key, head in self.heads.items():
-            head[mask] = values[key][mask]
-        self.start[mask] = self.t
-        self.open |= mask
-        for i in np.flatnonzero(mask):
-            self.spilled.pop(int(i), None)
+    def begin(self, envs: np.ndarray, values: dict[str, np.ndarray], rows: Any = None) -> None:
+        """Episodes begin in sub-envs `envs` with these first values.
 
-    def write(self, values: dict[str, np.ndarray]) -> int:
-        """Writes one step's row for every sub-env; returns its row index `t`."""
+        `values` are whole batches (`rows=None`: row `i` is sub-env `i`'s) or
+        `rows`, the batch rows of `envs`.
+        """
+        take = envs if rows is None else rows
+        for key, head in self.heads.items():
+            head[envs] = values[key][take]
+        self.start[envs] = self.t if self.tvec is None else self.tvec[envs]
+        self.open[envs] = True
+        if self.spilled:
+            for i in envs.tolist():
+                self.spilled.pop(i, None)
+
+    def write(self, values: dict[str, np.ndarray]) -> None:
+        """Writes one step's row for every sub-env."""
         t = self.t
         if t % self.chunk == 0 and t >= self.size - self.chunk:
             self._spill_before_overwrite(t)
@@ -106,7 +115,18 @@ class TimeRing:
         for key, column in self.ring.items():
             column[row] = values[key]
         self.t = t + 1
-        return t
+
+    def write_some(self, values: dict[str, np.ndarray], envs: np.ndarray) -> None:
+        """Writes one step of the sub-envs `envs` (each at its own time: EnvPool's async recv)."""
+        tvec = self.tvec
+        rows = tvec[envs] % self.size
+        for key, column in self.ring.items():
+            column[rows, envs] = values[key]
+        tvec[envs] += 1
+        # A sub-env whose next row would overwrite its episode's first copies it out.
+        full = envs[self.open[envs] & (tvec[envs] - self.start[envs] >= self.size)]
+        for i in full.tolist():
+            self.spill(i)
 
     def _spill_before_overwrite(self, t: int) -> None:
         # The next chunk's rows overwrite rows t - size ... t + chunk - 1 - size.
@@ -114,16 +134,19 @@ class TimeRing:
         for i in np.flatnonzero(self.open & (self.start < limit)):
             self.spill(int(i))
 
+    def _next(self, i: int) -> int:
+        return self.t if self.tvec is None else int(self.tvec[i])
+
     def spill(self, i: int) -> None:
-        """Copies sub-env `i`'s rows out of the ring; its episode then starts at row `t`."""
-        start = int(self.start[i])
-        if start >= self.t:
+        """Copies sub-env `i`'s rows out of the ring; its episode's rows then start anew."""
+        start, end = int(self.start[i]), self._next(i)
+        if start >= end:
             return
-        rows = np.arange(start, self.t) % self.size
+        rows = np.arange(start, end) % self.size
         out = self.spilled.setdefault(i, {})
         for key, column in self.ring.items():
             out.setdefault(key, []).append(column[rows, i])
-        self.start[i] = self.t
+        self.start[i] = end
 
     # ------------------------------------------------------- episode ends
 
@@ -147,7 +170,7 @@ class TimeRing:
     def _gather_ring(self, envs: np.ndarray) -> list[tuple[int, int, dict[str, np.ndarray]]]:
         # Every episode's rows in one index per field: episode j is steps
         # offsets[j] .. offsets[j] + steps[j] - 1 of one array per field.
-        last = self.t - 1
+        last = self.t - 1 if self.tvec is None else self.tvec[envs] - 1
         starts = self.start[envs]
         rows_per = last - starts + 1  # transitions of each episode
         steps = rows_per + 1
@@ -181,7 +204,7 @@ class TimeRing:
 
     def _gather_spilled(self, i: int) -> tuple[int, int, dict[str, np.ndarray]]:
         spilled = self.spilled.pop(i)
-        rows = np.arange(int(self.start[i]), self.t) % self.size
+        rows = np.arange(int(self.start[i]), self._next(i)) % self.size
         columns = {}
         for field in self.fields:
             key = field.key

@@ -63,6 +63,7 @@ class VectorRecording:
       data_directory: the dataset directory.
       kwargs: `RecordRLDSVector`'s options (see `OPTIONS_DOC`) and the
         `DatasetWriter`'s arguments.
+      per_env: the sub-envs are stepped apart (`BatchRecorder`'s `per_env`).
     """
 
     def __init__(
@@ -73,6 +74,7 @@ class VectorRecording:
         autoreset_mode: str,
         data_directory: Any,
         kwargs: dict[str, Any],
+        per_env: bool = False,
     ):
         options = dict(_OPTIONS)
         for key in list(kwargs):
@@ -100,6 +102,7 @@ class VectorRecording:
             declared = dict(ds_config.step_metadata_info or {})
         self._declared = declared
         self._pending = np.zeros(num_envs, np.bool_)  # next_step: reset by the next step
+        self.per_env = per_env
         self.core: BatchRecorder | None = None
         if ds_config is not None or all(k in declared for k in self.info_keys):
             self.core = self._make_core(declared)
@@ -135,6 +138,7 @@ class VectorRecording:
             config,
             self.num_envs,
             split=o["split"],
+            per_env=self.per_env,
             metadata=metadata,
             **extra,
             **self._writer_kwargs,
@@ -204,10 +208,13 @@ class VectorRecording:
             f"steps/{key}", f"info key {key!r} is missing in final_info of sub-env {i}"
         )
 
-    def _metadata(self, infos: Mapping[str, Any], need: Any = None) -> dict[str, Any] | None:
-        """Step metadata batches from `info_keys`; rows outside `need` are not read."""
+    def _metadata(
+        self, infos: Mapping[str, Any], need: Any = None, rows: int | None = None
+    ) -> dict[str, Any] | None:
+        """Step metadata batches (of `rows`) from `info_keys`; rows outside `need` are not read."""
         if not self.info_keys:
             return None
+        rows = self.num_envs if rows is None else rows
         out = {}
         for key in self.info_keys:
             mask = infos.get(f"_{key}")
@@ -217,7 +224,7 @@ class VectorRecording:
                     value = self._filled(key, value, mask, need)
             elif key in self.info_defaults:
                 default = np.asarray(self.info_defaults[key])
-                value = np.broadcast_to(default, (self.num_envs, *default.shape))
+                value = np.broadcast_to(default, (rows, *default.shape))
             else:
                 raise StepValueError(
                     f"steps/{key}",

@@ -1,0 +1,191 @@
+"""`RecordRLDSEnvPool`: every sub-env of an EnvPool env recorded as RLDS, sync or async.
+
+EnvPool (`envpool.make(..., env_type="gymnasium")`) steps its sub-envs in a
+C++ thread pool. Its synchronous API is Gymnasium's (`reset`, `step`); its
+asynchronous one is `async_reset()`, `send(action, env_id)` and `recv()`,
+which returns the results of `batch_size` sub-envs, whichever finished
+first, named by `info["env_id"]`. Both are recorded on the batch recorder
+(`record/batch/core.py`): a batch of all sub-envs writes one row, a batch of
+some (`batch_size < num_envs`) writes each sub-env's row at its own time.
+
+EnvPool resets an ended sub-env at its next step (Gymnasium's `next_step`
+autoreset): that result is the next episode's first observation, and the
+action sent with it is ignored. Everything else (`info_keys`, `discount`,
+the features from the spaces) is `RecordRLDSVector`'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlds_writer.record.batch.arrays import host_array
+from rlds_writer.record.batch.vector import NEXT_STEP, VectorRecording
+from rlds_writer.record.gymnasium_recording import OPTIONS_DOC
+
+
+class RecordRLDSEnvPool:
+    __doc__ = (
+        "Records every episode of every sub-env of an EnvPool env as RLDS.\n\n"
+        "    Wraps an env made with `envpool.make(task, env_type='gymnasium', ...)`;\n"
+        "    `reset`/`step` (sync) and `async_reset`/`send`/`recv` (async) are the\n"
+        "    env's own, recorded. Other attributes are the env's.\n" + OPTIONS_DOC
+    )
+
+    def __init__(self, env: Any, data_directory: Any, **kwargs: Any):
+        config = getattr(env, "config", None)
+        if not isinstance(config, dict) or "num_envs" not in config:
+            raise TypeError(
+                f"RecordRLDSEnvPool wraps an EnvPool env (envpool.make(...)), got "
+                f"{type(env).__name__}; wrap a Gymnasium vector env with RecordRLDSVector"
+            )
+        if "gymnasium" not in type(env).__module__.lower() and not _is_gymnasium(env):
+            raise TypeError(
+                "RecordRLDSEnvPool records EnvPool's Gymnasium API: make the env with "
+                "envpool.make(task, env_type='gymnasium', ...)"
+            )
+        self.env = env
+        self.num_envs = int(config["num_envs"])
+        self.batch_size = int(config.get("batch_size") or self.num_envs)
+        metadata = {
+            "source": "envpool",
+            "env_id": getattr(getattr(env, "spec", None), "id", None) or config.get("task_id"),
+            "num_envs": self.num_envs,
+            "batch_size": self.batch_size,
+            "autoreset_mode": NEXT_STEP,
+            **dict(kwargs.pop("metadata", None) or {}),
+        }
+        metadata = {k: v for k, v in metadata.items() if v is not None}
+        self._recording = VectorRecording(
+            env.observation_space,
+            env.action_space,
+            self.num_envs,
+            NEXT_STEP,
+            data_directory,
+            {**kwargs, "metadata": metadata},
+            per_env=True,
+        )
+        self._actions: np.ndarray | None = None  # the last action sent to each sub-env
+        self._pending = np.zeros(self.num_envs, np.bool_)  # its next result is a reset
+        self._closed = False
+
+    @property
+    def recorder(self) -> Any:
+        """The `BatchRecorder` (counters `episodes_written`, ...); None before the first reset."""
+        return self._recording.core
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    # -------------------------------------------------------------- sync
+
+    def reset(self, env_id: Any = None) -> tuple[Any, dict[str, Any]]:
+        """Resets the sub-envs `env_id` (default: all); their episodes begin."""
+        obs, info = self.env.reset(env_id) if env_id is not None else self.env.reset()
+        ids = self._env_ids(info, len(_first(obs)))
+        rec = self._recording
+        meta = rec._metadata(info, rows=len(ids))
+        if rec.core is None:
+            rec.core = rec._make_core(rec._inferred(meta))
+        rec.core.begin(rec.convert_obs(obs), meta, env_ids=ids)
+        self._pending[ids] = False
+        return obs, info
+
+    def step(self, action: Any, env_id: Any = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Steps the sub-envs `env_id` (default: all) and records their results."""
+        self._sent(action, env_id)
+        result = self.env.step(action, env_id) if env_id is not None else self.env.step(action)
+        self._record(result)
+        return result
+
+    # ------------------------------------------------------------- async
+
+    def async_reset(self) -> None:
+        """Resets every sub-env; their first observations come with the next `recv`s."""
+        self.env.async_reset()
+        self._pending[:] = True
+
+    def send(self, action: Any, env_id: Any = None) -> None:
+        """Sends actions to the sub-envs `env_id` (default: all)."""
+        self._sent(action, env_id)
+        if env_id is None:
+            self.env.send(action)
+        else:
+            self.env.send(action, env_id)
+
+    def recv(self) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Receives `batch_size` sub-envs' results and records them."""
+        result = self.env.recv()
+        self._record(result)
+        return result
+
+    # ----------------------------------------------------------- private
+
+    def _sent(self, action: Any, env_id: Any) -> None:
+        actions = host_array(action, "steps/action")
+        if self._actions is None:
+            self._actions = np.zeros((self.num_envs, *actions.shape[1:]), actions.dtype)
+        ids = slice(None) if env_id is None else host_array(env_id, "env_id").astype(np.int64)
+        self._actions[ids] = actions
+
+    def _env_ids(self, info: Any, rows: int) -> np.ndarray:
+        ids = info.get("env_id") if hasattr(info, "get") else None
+        if ids is None:
+            return np.arange(rows)
+        return host_array(ids, "env_id").astype(np.int64, copy=False)
+
+    def _record(self, result: Any) -> None:
+        obs, rewards, terminations, truncations, info = result
+        rec = self._recording
+        core = rec.core
+        if core is None:
+            if not self._pending.all():
+                raise RuntimeError("RecordRLDSEnvPool: reset() or async_reset() first")
+            rows = len(_first(obs))
+            meta = rec._metadata(info, rows=rows)
+            core = rec.core = rec._make_core(rec._inferred(meta))
+        ids = self._env_ids(info, len(np.asarray(rewards)))
+        reset = self._pending[ids]
+        terms = host_array(terminations, "terminated").astype(np.bool_, copy=False)
+        done = terms | host_array(truncations, "truncated").astype(np.bool_, copy=False)
+        meta = rec._metadata(info, rows=len(ids))
+        observation = rec.convert_obs(obs)
+        if not reset.all():
+            actions = self._actions[ids] if self._actions is not None else None
+            discount = (~terms).astype(np.float32) if rec.discount else None
+            core.add(rec.convert_action(actions), rewards, discount, observation, meta, ids)
+            core.end(done & ~reset, terms, env_ids=ids)
+        if reset.any():
+            core.begin(observation, meta, reset, env_ids=ids)
+        self._pending[ids] = done & ~reset
+
+    def flush(self) -> None:
+        """Blocks until every finished episode is on disk."""
+        self._recording.flush()
+
+    def close(self) -> None:
+        """Ends open episodes (cut short), closes the dataset, then the env."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._recording.close()
+        finally:
+            close = getattr(self.env, "close", None)
+            if close is not None:
+                close()
+
+
+def _first(obs: Any) -> Any:
+    """The first leaf of an observation nest (for its batch size)."""
+    while isinstance(obs, dict | tuple | list):
+        obs = next(iter(obs.values())) if isinstance(obs, dict) else obs[0]
+    return obs
+
+
+def _is_gymnasium(env: Any) -> bool:
+    space = getattr(env, "observation_space", None)
+    return type(space).__module__.startswith("gymnasium")

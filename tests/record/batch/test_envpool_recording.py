@@ -1,0 +1,101 @@
+"""EnvPool's sync and async APIs recorded: each sub-env's episodes, aligned with its raw results."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+envpool = pytest.importorskip("envpool")
+
+from rlds_writer.record.batch.envpool import RecordRLDSEnvPool  # noqa: E402
+
+N = 4
+
+
+def _make(path, batch_size: int | None = None) -> RecordRLDSEnvPool:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # EnvPool's Box bounds, cast to float32
+        kwargs = {"batch_size": batch_size} if batch_size else {}
+        env = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=N, seed=3, **kwargs)
+        return RecordRLDSEnvPool(env, path, info_keys=["elapsed_step"])
+
+
+class _Reference:
+    """Each sub-env's episodes built from the raw results (EnvPool resets at the next step)."""
+
+    def __init__(self):
+        self.open: dict[int, dict] = {}
+        self.done: list[dict] = []
+        self.pending = set(range(N))
+
+    def results(self, ids, actions, obs, rewards, terms, truncs):
+        for row, i in enumerate(ids.tolist()):
+            if i in self.pending:
+                self.open[i] = {"obs": [obs[row]], "actions": [], "rewards": []}
+                self.pending.discard(i)
+                continue
+            ep = self.open[i]
+            ep["actions"].append(int(actions[i]))
+            ep["rewards"].append(float(rewards[row]))
+            ep["obs"].append(obs[row])
+            if terms[row] or truncs[row]:
+                ep["reason"] = b"terminated" if terms[row] else b"truncated"
+                self.done.append(self.open.pop(i))
+                self.pending.add(i)
+
+    def episodes(self) -> list[dict]:
+        return self.done + [{**ep, "reason": b"cut_short"} for ep in self.open.values()]
+
+
+def _check(path, want: list[dict]) -> None:
+    import tensorflow_datasets as tfds
+
+    builder = tfds.builder_from_directory(os.fspath(path))
+    got = list(tfds.as_numpy(builder.as_dataset(split="train")))
+    assert len(got) == len(want) > 10
+    by_key = {(np.asarray(w["obs"][0]).tobytes(), len(w["obs"])): w for w in want}
+    for episode in got:
+        steps = list(episode["steps"])
+        w = by_key.pop((steps[0]["observation"].tobytes(), len(steps)))
+        np.testing.assert_array_equal(np.stack([s["observation"] for s in steps]), w["obs"])
+        assert [int(s["action"]) for s in steps[:-1]] == w["actions"]
+        assert [float(s["reward"]) for s in steps[:-1]] == w["rewards"]
+        # EnvPool's own step counter: 0 at the reset, then one per step.
+        assert [int(s["elapsed_step"]) for s in steps] == list(range(len(steps)))
+        assert episode["end_reason"] == w["reason"]
+        assert bool(steps[-1]["is_terminal"]) == (w["reason"] == b"terminated")
+    assert not by_key
+
+
+def test_envpool_sync_api_records_every_sub_env_episode(tmp_path):
+    env = _make(tmp_path / "ds")
+    ref = _Reference()
+    obs, info = env.reset()
+    ref.results(info["env_id"], None, obs, None, None, None)
+    rng = np.random.default_rng(0)
+    for _ in range(120):
+        actions = rng.integers(0, 2, N).astype(np.int32)
+        obs, rew, te, tr, info = env.step(actions)
+        ref.results(info["env_id"], actions, obs, rew, te, tr)
+    env.close()
+    _check(tmp_path / "ds", ref.episodes())
+
+
+def test_envpool_async_send_recv_records_every_sub_env_episode(tmp_path):
+    env = _make(tmp_path / "ds", batch_size=2)
+    ref = _Reference()
+    sent = np.zeros(N, np.int32)
+    rng = np.random.default_rng(1)
+    env.async_reset()
+    for _ in range(250):
+        obs, rew, te, tr, info = env.recv()
+        ids = info["env_id"]
+        ref.results(ids, sent, obs, rew, te, tr)
+        actions = rng.integers(0, 2, len(ids)).astype(np.int32)
+        sent[ids] = actions
+        env.send(actions, ids)
+    env.close()
+    _check(tmp_path / "ds", ref.episodes())
