@@ -19,7 +19,7 @@ _CORE = [
     "numpy>=1.26",
     "dm-env>=1.6",
     "etils[epath]>=1.7",
-    # The storage seam (store/storage.py): every scheme:// path goes through fsspec.
+    # The storage seam (store/storage/storage.py): every scheme:// path goes through fsspec.
     "fsspec>=2024.3",
     "google-crc32c>=1.5",
     "tensorflow-cpu>=2.16,<2.22",
@@ -56,7 +56,7 @@ _EXTRAS = {
     # (for pattern_map only) and no dm-reverb release loads beside TF 2.16+; 0.1.6 is
     # the same transformations without that import. Its own deps: absl-py, numpy.
     "rlds": ["rlds==0.1.6"],
-    # Datasets on object storage (store/storage.py): s3:// and gs:// through fsspec.
+    # Datasets on object storage (store/storage/storage.py): s3:// and gs:// through fsspec.
     "s3": ["s3fs>=2024.3"],
     "gcs": ["gcsfs>=2024.3"],
 }
@@ -82,8 +82,8 @@ _EXTRAS["test"] = [
 
 def _extensions() -> list[Extension]:
     """The recorders' C step (rlds_writer/record/step_kernel.py), the SSE4.2
-    CRC-32C (rlds_writer/store/tfrecord.py) and the thread that writes zeros
-    ahead of a shard's records (rlds_writer/store/write_ahead.py), all optional.
+    CRC-32C (rlds_writer/store/formats/tfrecord/tfrecord.py) and the thread that writes zeros
+    ahead of a shard's records (rlds_writer/store/formats/tfrecord/write_ahead.py), all optional.
 
     Without a C compiler the build warns and goes on: the package records with
     its Python step, google_crc32c, and zeros written on the recording thread.
@@ -102,9 +102,15 @@ def _extensions() -> list[Extension]:
             include_dirs=[numpy.get_include()],
             optional=True,
         ),
-        Extension("rlds_writer.store._crc32c", ["rlds_writer/store/_crc32c.c"], optional=True),
         Extension(
-            "rlds_writer.store._zero_ahead", ["rlds_writer/store/_zero_ahead.c"], optional=True
+            "rlds_writer.store.formats.tfrecord._crc32c",
+            ["rlds_writer/store/formats/tfrecord/_crc32c.c"],
+            optional=True,
+        ),
+        Extension(
+            "rlds_writer.store.formats.tfrecord._zero_ahead",
+            ["rlds_writer/store/formats/tfrecord/_zero_ahead.c"],
+            optional=True,
         ),
     ]
 

@@ -43,7 +43,7 @@ def _run(kind: str, episodes: int, fsync: bool, root: str, flush_each: bool) -> 
     import numpy as np
 
     from rlds_writer.record.episode import StepFields
-    from rlds_writer.store.writer import DatasetWriter
+    from rlds_writer.store.writing.writer import DatasetWriter
 
     directory = tempfile.mkdtemp(dir=root)
     rng = np.random.default_rng(0)

@@ -116,7 +116,7 @@ def main() -> None:
     try:
         import fsspec
 
-        from rlds_writer.store.storage import storage_for
+        from rlds_writer.store.storage.storage import storage_for
 
         fs = fsspec.filesystem("s3")
         fs.mkdir("bench")

@@ -541,7 +541,7 @@ RUNNERS = {
 _IMPORTS = {
     "ours": (
         "rlds_writer",
-        "rlds_writer.record.gymnasium",
+        "rlds_writer.record.gymnasium.gymnasium_wrapper",
         "tensorflow",
         "tensorflow_datasets",
         "gymnasium",
@@ -550,7 +550,7 @@ _IMPORTS = {
     "minari": ("minari", "gymnasium", "PIL.Image"),
     "hf": ("datasets", "PIL.Image"),
     "envlogger": ("envlogger",),
-    "ours-dm_env": ("rlds_writer", "rlds_writer.record.dm_env", "dm_env"),
+    "ours-dm_env": ("rlds_writer", "rlds_writer.record.dm_env.env_logger", "dm_env"),
     "lerobot": ("lerobot.datasets.lerobot_dataset", "gymnasium"),
     "plain": (),
     "plain-episode": (),

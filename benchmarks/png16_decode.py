@@ -2,7 +2,7 @@
 
 PNGs written by `tf.io.encode_png` (what TFDS stores for `Image(dtype=uint16)`;
 libpng picks a filter per row, so Average and Paeth rows occur) and by our own
-encoder (`store.image_codecs.encode_png`, every row "Up"), of a random and of a
+encoder (`store.images.image_codecs.encode_png`, every row "Up"), of a random and of a
 smooth image. Reports the best of `--repetitions` decodes in ms, ours against
 `tf.io.decode_png(..., dtype=tf.uint16)`; checks both give the same pixels.
 
@@ -39,7 +39,7 @@ def main() -> None:
     import tensorflow as tf
 
     from rlds_writer.read import png
-    from rlds_writer.store.image_codecs import encode_png
+    from rlds_writer.store.images.image_codecs import encode_png
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=20)

@@ -25,8 +25,8 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from rlds_writer.record.rllib import _DEFAULTS
-from rlds_writer.record.rllib_multiagent import MultiAgentRecording, extract_multi_agent
+from rlds_writer.record.rllib.rllib_multiagent import MultiAgentRecording, extract_multi_agent
+from rlds_writer.record.rllib.rllib_options import DEFAULTS as _DEFAULTS
 
 
 def main() -> None:

@@ -159,7 +159,7 @@ def _reset_latencies(env: Any, episodes: int, steps: int, action: np.ndarray) ->
 
 def png_levels() -> list[tuple[int, float, float]]:
     """(zlib level, ms per frame, bytes per frame) of our PNG encoder on the camera frames."""
-    from rlds_writer.store.image_codecs import encode_png
+    from rlds_writer.store.images.image_codecs import encode_png
 
     frames = TwoCameras(1).frames
     out = []
@@ -185,8 +185,8 @@ def encoder_alone(
     """
     import tensorflow_datasets as tfds
 
-    from rlds_writer.store.encoding import EpisodeEncoder
-    from rlds_writer.store.shared_frames import shared_empty
+    from rlds_writer.store.episodes.shared_frames import shared_empty
+    from rlds_writer.store.writing.encoding import EpisodeEncoder
 
     camera = tfds.features.Image(shape=(256, 256, 3), encoding_format=encoding)
     features = tfds.features.FeaturesDict(
@@ -219,7 +219,7 @@ def encoder_alone(
 
 
 def _encode_frames(encoding: str, count: int) -> float:
-    from rlds_writer.store.image_codecs import encode_jpeg, encode_png
+    from rlds_writer.store.images.image_codecs import encode_jpeg, encode_png
 
     encode = encode_jpeg if encoding == "jpeg" else encode_png
     frames = TwoCameras(1).frames

@@ -322,7 +322,7 @@ def tfds_zero(feature: Any) -> Any:
 
 
 def _dataset_records(path: str) -> list[bytes]:
-    from rlds_writer.store import tfrecord
+    from rlds_writer.store.formats.tfrecord import tfrecord
 
     records = []
     for name in sorted(os.listdir(path)):

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlds_writer.record.gymnasium import RecordRLDS
-from rlds_writer.record.gymnasium_vector import RecordRLDSVector
+from rlds_writer.record.gymnasium.gymnasium_vector import RecordRLDSVector
 
 
 class StepCounter(gym.Wrapper):

@@ -43,13 +43,16 @@ __version__ = "0.1.0"
 # public name -> (module, attribute)
 _EXPORTS = {
     # Recording.
-    "EnvLogger": ("rlds_writer.record.dm_env", "EnvLogger"),
-    "TFDSBackendWriter": ("rlds_writer.record.backend", "TFDSBackendWriter"),
-    "RecordRLDS": ("rlds_writer.record.gymnasium", "RecordRLDS"),
-    "RecordRLDSVector": ("rlds_writer.record.gymnasium_vector", "RecordRLDSVector"),
-    "RecordRLDSParallel": ("rlds_writer.record.pettingzoo", "RecordRLDSParallel"),
-    "RecordRLDSAEC": ("rlds_writer.record.pettingzoo", "RecordRLDSAEC"),
-    "RLDSRecorder": ("rlds_writer.record.rllib", "RLDSRecorder"),
+    "EnvLogger": ("rlds_writer.record.dm_env.env_logger", "EnvLogger"),
+    "TFDSBackendWriter": ("rlds_writer.record.dm_env.backend", "TFDSBackendWriter"),
+    "RecordRLDS": ("rlds_writer.record.gymnasium.gymnasium_wrapper", "RecordRLDS"),
+    "RecordRLDSVector": ("rlds_writer.record.gymnasium.gymnasium_vector", "RecordRLDSVector"),
+    "RecordRLDSParallel": (
+        "rlds_writer.record.pettingzoo.pettingzoo_wrappers",
+        "RecordRLDSParallel",
+    ),
+    "RecordRLDSAEC": ("rlds_writer.record.pettingzoo.pettingzoo_wrappers", "RecordRLDSAEC"),
+    "RLDSRecorder": ("rlds_writer.record.rllib.rllib_recorder", "RLDSRecorder"),
     # What is recorded.
     "DatasetConfig": ("rlds_writer.record.config", "dataset_config_class"),
     "config_from_env": ("rlds_writer.record.config", "config_from_env"),
@@ -58,7 +61,7 @@ _EXPORTS = {
     # Reading, and whole datasets.
     "open_dataset": ("rlds_writer.read.reader", "open_dataset"),
     "recover": ("rlds_writer.maintain.recover", "recover"),
-    "merge": ("rlds_writer.store.merge", "merge"),
+    "merge": ("rlds_writer.store.repair.merge", "merge"),
     "convert": ("rlds_writer.interop", "convert"),
     "export": ("rlds_writer.interop.export", "export"),
     # The one error a user catches; the others are in rlds_writer.errors.

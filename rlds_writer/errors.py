@@ -177,7 +177,7 @@ class EpisodesLostError(RLDSWriterError, RuntimeError):
 
 
 class NotADatasetError(RLDSWriterError, FileNotFoundError):
-    """A path given as a dataset is not one (`store.locate.require_dataset` words it).
+    """A path given as a dataset is not one (`store.dataset.locate.require_dataset` words it).
 
     Attributes:
       path: the path as given.

@@ -78,7 +78,7 @@ def upload(local, url: str) -> None:
     """Copies a local dataset directory to `url` (objects named as the local files)."""
     import os
 
-    from rlds_writer.store.storage import storage_for
+    from rlds_writer.store.storage.storage import storage_for
 
     store = storage_for(url)
     for name in sorted(os.listdir(local)):

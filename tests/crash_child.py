@@ -160,7 +160,7 @@ def record_forever(
     every record land in zeros).
     """
     import rlds_writer
-    from rlds_writer.store import write_ahead
+    from rlds_writer.store.formats.tfrecord import write_ahead
 
     if write_ahead_from is not None:
         write_ahead.WRITE_AHEAD_FROM = write_ahead_from
@@ -209,8 +209,8 @@ def forkserver_context() -> Any:
             "crash_child",
             "tensorflow",
             "tensorflow_datasets",
-            "rlds_writer.store.writer",
-            "rlds_writer.record.backend",
+            "rlds_writer.store.writing.writer",
+            "rlds_writer.record.dm_env.backend",
             "rlds_writer.maintain.recover",
             "rlds_writer.envs.catch",
         ]
@@ -281,7 +281,8 @@ def check_records(directory: Any, split: str = "train") -> list[int]:
       The episode ids in dataset order.
     """
     from rlds_writer.maintain.shard_walk import iter_shard_records
-    from rlds_writer.store import file_io, layout
+    from rlds_writer.store.dataset import layout
+    from rlds_writer.store.storage import file_io
 
     info = file_io.read_json(directory / layout.DATASET_INFO)
     file_format = info.get("fileFormat", "tfrecord")

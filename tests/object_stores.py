@@ -146,7 +146,7 @@ def _point_clients(monkeypatch, env: dict[str, str], protocols: tuple[str, ...])
     import fsspec.config
     from fsspec.registry import _registry
 
-    from rlds_writer.store import storage
+    from rlds_writer.store.storage import storage
 
     if "FSSPEC_GCS_TOKEN" in env:
         # This process read FSSPEC_* and GCSFS_* at import, before the fixture set them.

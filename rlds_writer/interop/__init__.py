@@ -76,7 +76,7 @@ def convert(
             f"unknown source format {source_format!r}; expected one of {list(FORMATS)}"
         )
     # Before anything is written: a destination over the source would destroy it.
-    from rlds_writer.store import names
+    from rlds_writer.store.dataset import names
 
     source = FORMATS[source_format]
     names.check_disjoint(source.resolve_source(os.fspath(src)), dest)

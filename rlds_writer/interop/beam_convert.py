@@ -98,7 +98,7 @@ def convert(
       DatasetExistsError: DEST holds a dataset and mode is `error`.
     """
     from rlds_writer import interop
-    from rlds_writer.store.dataset_setup import check_mode
+    from rlds_writer.store.writing.dataset_setup import check_mode
 
     errors.import_optional("apache_beam", "converting with Apache Beam")  # before any work
     if source_format not in SPLITTERS:
@@ -153,7 +153,7 @@ def _write_with_pipeline(
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from rlds_writer.interop import staging
-    from rlds_writer.store import json_values, layout
+    from rlds_writer.store.dataset import json_values, layout
 
     if max_episodes_per_file < 1:
         raise ValueError(f"max_episodes_per_file must be >= 1, got {max_episodes_per_file}")
@@ -221,7 +221,8 @@ def _finish(work: Path, result: Mapping[str, Any], settings: Mapping[str, Any]) 
     """Checks the shards the workers wrote and adds the dataset's JSON files to them."""
     from tensorflow_datasets.core import file_adapters
 
-    from rlds_writer.store import file_io, json_values, layout
+    from rlds_writer.store.dataset import json_values, layout
+    from rlds_writer.store.storage import file_io
 
     plan, written = result["plan"], result["shards"]
     per_file = settings["max_episodes_per_file"]
@@ -260,9 +261,10 @@ def _finish(work: Path, result: Mapping[str, Any], settings: Mapping[str, Any]) 
 def _publish(work: Path, dest: Path, mode: str) -> None:
     """Moves the finished dataset from `work` to `dest`, `dataset_info.json` last."""
     from rlds_writer.interop import staging
-    from rlds_writer.store import file_io, layout
-    from rlds_writer.store.dataset_setup import check_mode
-    from rlds_writer.store.locking import DirectoryLock
+    from rlds_writer.store.dataset import layout
+    from rlds_writer.store.dataset.locking import DirectoryLock
+    from rlds_writer.store.storage import file_io
+    from rlds_writer.store.writing.dataset_setup import check_mode
 
     if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
         staging.move_into_place(work, dest)  # one rename: all or nothing

@@ -139,8 +139,8 @@ def make_plan(scans: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[
 
 def dataset_info(schema: source_schema.Schema, settings: Mapping[str, Any]) -> Any:
     """The `tfds.core.DatasetInfo` the single-process writer builds for this schema."""
-    from rlds_writer.store import json_values
-    from rlds_writer.store.dataset_setup import build_dataset_info
+    from rlds_writer.store.dataset import json_values
+    from rlds_writer.store.writing.dataset_setup import build_dataset_info
 
     cfg = source_schema.dataset_config(
         schema,
@@ -165,7 +165,7 @@ def _encoder(tree_json: str, settings_json: str) -> tuple[Any, Any]:
     records are the same bytes.
     """
     from rlds_writer.record.episode import StepFields
-    from rlds_writer.store import encoding
+    from rlds_writer.store.writing import encoding
 
     tree = leaf_tree(json.loads(tree_json))
     info = dataset_info(source_schema.Schema(tree, 0), json.loads(settings_json))
@@ -220,7 +220,9 @@ def write_shard(
     """Writes one shard's episodes, in order (runs on a worker); returns what it holds."""
     from etils import epath
 
-    from rlds_writer.store import file_io, layout, shards
+    from rlds_writer.store.dataset import layout
+    from rlds_writer.store.formats import shards
+    from rlds_writer.store.storage import file_io
 
     shard, values = keyed
     values = sorted(values, key=lambda v: v[0])
@@ -251,7 +253,7 @@ def write_shard(
 
 def write_result(written: list[dict[str, Any]], work: str, plan: Mapping[str, Any]) -> None:
     """Hands the driver the plan and the shards (one file in the staging directory)."""
-    from rlds_writer.store import file_io
+    from rlds_writer.store.storage import file_io
 
     failed = sorted((w for w in written if w["shard"] < 0), key=lambda w: w["item"])
     result = {"plan": dict(plan), "shards": sorted(written, key=lambda w: w["shard"])}

@@ -53,9 +53,9 @@ from rlds_writer.record.config import (
 )
 from rlds_writer.record.episode import StepFields, rlds_flags
 from rlds_writer.record.values import cast_value
-from rlds_writer.store.episode_data import Episode
-from rlds_writer.store.shards import DEFAULT_FILE_FORMAT
-from rlds_writer.store.writer import DatasetWriter
+from rlds_writer.store.episodes.episode_data import Episode
+from rlds_writer.store.formats.shards import DEFAULT_FILE_FORMAT
+from rlds_writer.store.writing.writer import DatasetWriter
 
 _log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def rlds_episode(layout: Any, episode: SourceEpisode) -> Any:
       episode: the source episode.
 
     Returns:
-      A `rlds_writer.store.episode_data.Episode` ready for `DatasetWriter.write`.
+      A `rlds_writer.store.episodes.episode_data.Episode` ready for `DatasetWriter.write`.
 
     Raises:
       SpecError: if a column has the wrong number of rows or shape, naming it.

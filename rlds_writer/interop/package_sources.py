@@ -35,8 +35,8 @@ from typing import Any
 import tensorflow_datasets as tfds
 from etils import epath
 
-from rlds_writer.store import layout
-from rlds_writer.store import shards as shard_formats
+from rlds_writer.store.dataset import layout
+from rlds_writer.store.formats import shards as shard_formats
 
 _DATASET_INFO = "dataset_info.json"
 _FEATURES = "features.json"

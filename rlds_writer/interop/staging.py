@@ -7,7 +7,7 @@ whatever files they find). So `export(src, dest, to=...)` never lets an
 exporter write at `dest`:
 
 1. it resolves the final path, refuses a destination that
-   overlaps the source (`store.names.check_disjoint`) or already holds
+   overlaps the source (`store.dataset.names.check_disjoint`) or already holds
    something, all before anything is written;
 2. it makes a private staging directory next to it,
    `.<name>.partial-<pid>-<random>` (`tempfile.mkdtemp`: created exclusively,
@@ -36,7 +36,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rlds_writer.store import file_io, names
+from rlds_writer.store.dataset import names
+from rlds_writer.store.storage import file_io
 
 _PARTIAL = ".partial-"
 

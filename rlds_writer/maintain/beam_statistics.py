@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.maintain import field_statistics as fs
-from rlds_writer.store import file_io
+from rlds_writer.store.storage import file_io
 
 
 def _work_items(reader: Any, split: str) -> list[tuple[int, str]]:

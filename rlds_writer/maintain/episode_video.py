@@ -30,7 +30,7 @@ from rlds_writer.read.decode import Decoder, LazySteps
 from rlds_writer.read.nest import flatten
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.store.dataset import Dataset
-from rlds_writer.store.features import Leaf
+from rlds_writer.store.features.features import Leaf
 
 _FLAGS = {"is_first", "is_last", "is_terminal"}
 _MIN_HEIGHT = 96

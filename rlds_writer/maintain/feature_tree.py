@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlds_writer.store.features import STEPS, walk_features_json
+from rlds_writer.store.features.features import STEPS, walk_features_json
 
 
 def _shape(tensor: dict[str, Any]) -> list[Any]:
@@ -56,7 +56,7 @@ def features_tree(features_json: dict[str, Any]) -> dict[str, Any]:
     """Returns features.json as a nested dict of `{"type", "dtype", "shape", ...}` nodes.
 
     The leaves come from the one walk over feature specs
-    (`store.features.walk_features_json`, which also checks the file's shape);
+    (`store.features.features.walk_features_json`, which also checks the file's shape);
     the dicts around them and the `steps` sequence are rebuilt from their paths.
     """
     root = _dict_node()

@@ -37,9 +37,9 @@ import numpy as np
 from rlds_writer.errors import counted
 from rlds_writer.maintain.statistics import iter_step_columns
 from rlds_writer.read.reader import open_dataset
-from rlds_writer.store import features as features_lib
-from rlds_writer.store import file_io, layout
-from rlds_writer.store.dataset import Dataset
+from rlds_writer.store.dataset import Dataset, layout
+from rlds_writer.store.features import features as features_lib
+from rlds_writer.store.storage import file_io
 
 SAMPLE_ROWS = 100_000
 SAMPLE_ELEMENTS = 10_000_000

@@ -1,6 +1,6 @@
 """`recover`: make a crashed or damaged dataset list every complete episode.
 
-The repair engine is `rlds_writer.store.recovery` (the writer's append mode
+The repair engine is `rlds_writer.store.repair.recovery` (the writer's append mode
 runs it too); this is the public entry point, which takes the directory lock.
 """
 
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rlds_writer.store import file_io
 from rlds_writer.store.dataset import Dataset
-from rlds_writer.store.locate import not_a_dataset
-from rlds_writer.store.locking import DirectoryLock
-from rlds_writer.store.object_path import as_path
-from rlds_writer.store.recovery import RecoveryReport, ShardReport, run_recovery
+from rlds_writer.store.dataset.locate import not_a_dataset
+from rlds_writer.store.dataset.locking import DirectoryLock
+from rlds_writer.store.repair.recovery import RecoveryReport, ShardReport, run_recovery
+from rlds_writer.store.storage import file_io
+from rlds_writer.store.storage.object_path import as_path
 
 if TYPE_CHECKING:
     from etils import epath

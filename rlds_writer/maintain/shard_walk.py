@@ -1,6 +1,6 @@
 """The one walk over a dataset's shard files that `info` and `validate` share.
 
-Each shard file is walked by its format (`FileFormat.walk`, `store/shards.py`),
+Each shard file is walked by its format (`FileFormat.walk`, `store/formats/shards.py`),
 as `recover` and the reader scan it (TFRecord: length and data CRCs,
 resynchronising after a damaged header), through the `Dataset` handle. The
 walk reports facts (records found, damage, steps); each command words them its
@@ -13,8 +13,9 @@ import dataclasses
 from collections.abc import Iterator
 
 from rlds_writer.errors import CorruptRecordError
-from rlds_writer.store import shards, wire
 from rlds_writer.store.dataset import Dataset
+from rlds_writer.store.features import wire
+from rlds_writer.store.formats import shards
 
 
 def iter_shard_records(path: str, file_format: str) -> Iterator[bytes]:

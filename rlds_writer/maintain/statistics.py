@@ -49,9 +49,9 @@ from rlds_writer.read.decode import Decoder
 from rlds_writer.read.nest import flatten
 from rlds_writer.read.reader import open_dataset
 from rlds_writer.read.transitions import episode_end
-from rlds_writer.store import end_reasons
-from rlds_writer.store import features as features_lib
 from rlds_writer.store.dataset import Dataset, open_handle
+from rlds_writer.store.features import end_reasons
+from rlds_writer.store.features import features as features_lib
 
 _CORE_STEP_FIELDS = frozenset(
     {"observation", "action", "reward", "discount", "is_first", "is_last", "is_terminal"}

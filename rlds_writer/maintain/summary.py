@@ -14,8 +14,7 @@ from typing import Any
 from rlds_writer.errors import counted
 from rlds_writer.maintain.feature_tree import features_tree, render_features
 from rlds_writer.maintain.shard_walk import scan_shard
-from rlds_writer.store import layout, locking
-from rlds_writer.store.dataset import Dataset, open_handle
+from rlds_writer.store.dataset import Dataset, layout, locking, open_handle
 
 
 def info(path: Dataset | str | os.PathLike, *, count_steps: bool = True) -> dict[str, Any]:

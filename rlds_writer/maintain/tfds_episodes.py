@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from rlds_writer.store import shards
+from rlds_writer.store.formats import shards
 
 
 def _tfds_reader(builder: Any) -> str:

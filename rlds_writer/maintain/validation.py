@@ -19,8 +19,7 @@ from rlds_writer.errors import CorruptRecordError, DecodeError, WireError, count
 from rlds_writer.maintain.shard_walk import scan_shard
 from rlds_writer.maintain.tfds_episodes import decoded_episodes
 from rlds_writer.read.reader import open_dataset
-from rlds_writer.store import layout
-from rlds_writer.store.dataset import Dataset, open_handle
+from rlds_writer.store.dataset import Dataset, layout, open_handle
 
 
 class _Violations:

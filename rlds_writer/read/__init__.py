@@ -2,7 +2,7 @@
 
 `open_dataset` returns a `DatasetReader` (splits, episodes decoded to numpy
 exactly as TFDS decodes them, random access by index); it reads each shard
-through its file format's reader (`store/shards.py`: `FileFormat.open_reader`).
+through its file format's reader (`store/formats/shards.py`: `FileFormat.open_reader`).
 Under it are record decoding (`decode.py`; `nest.py` holds the nested-dict helpers many modules
 share), images (`images.py`, `png.py`), TFDS split syntax (`splits.py`),
 RLDS steps as transitions (`transitions.py`) and the PyTorch datasets

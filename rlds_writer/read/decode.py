@@ -16,8 +16,8 @@ import numpy as np
 from rlds_writer.errors import DecodeError, UnsupportedFeatureError
 from rlds_writer.read.images import check_field, decode_image
 from rlds_writer.read.nest import map_tree, put
-from rlds_writer.store import wire
-from rlds_writer.store.features import BYTES, TEXT, ZLIB, Features, Leaf
+from rlds_writer.store.features import wire
+from rlds_writer.store.features.features import BYTES, TEXT, ZLIB, Features, Leaf
 
 
 def wanted_by(key: str, field: str) -> bool:

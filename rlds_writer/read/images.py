@@ -22,7 +22,7 @@ import numpy as np
 
 from rlds_writer.errors import DecodeError, UnsupportedFeatureError, pip_install
 from rlds_writer.read import png
-from rlds_writer.store.features import Leaf
+from rlds_writer.store.features.features import Leaf
 
 _log = logging.getLogger(__name__)
 

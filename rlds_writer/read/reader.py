@@ -3,7 +3,7 @@
 `open_dataset(path)` opens a dataset directory written by `rlds_writer` or by
 TFDS's `SequentialWriter` (tfrecord or array_record shards). It reads
 `dataset_info.json` and `features.json` itself, decodes each episode's
-`tf.train.Example` with a small numpy wire decoder (`rlds_writer.store.wire`), and
+`tf.train.Example` with a small numpy wire decoder (`rlds_writer.store.features.wire`), and
 gives each episode as a nested dict of numpy arrays, `steps` holding one array
 per field with a leading time axis::
 
@@ -41,8 +41,8 @@ from rlds_writer.read.transitions import (
     qlearning_dataset,
     transition_batches,
 )
-from rlds_writer.store import end_reasons
 from rlds_writer.store.dataset import Dataset, open_handle
+from rlds_writer.store.features import end_reasons
 
 _log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class DatasetReader:
       dataset: the `store.dataset.Dataset` handle it reads.
       path: the directory.
       info: the parsed `dataset_info.json`.
-      features: the parsed `features.json` (`store.features.Features`).
+      features: the parsed `features.json` (`store.features.features.Features`).
       metadata: the parsed `metadata.json`, or None.
       name: the dataset name.
       version: the dataset version.

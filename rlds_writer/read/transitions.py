@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.read.nest import flatten, map_tree
-from rlds_writer.store import end_reasons
+from rlds_writer.store.features import end_reasons
 
 __all__ = [
     "CUT_SHORT_MODES",

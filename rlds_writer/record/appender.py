@@ -69,7 +69,7 @@ import numpy as np
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.step_kernel import NO_FIELD
 from rlds_writer.record.values import describe
-from rlds_writer.store import field_specs
+from rlds_writer.store.features import field_specs
 
 
 def build_appender(

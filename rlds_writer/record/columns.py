@@ -24,15 +24,17 @@ import numpy as np
 from rlds_writer.errors import StepValueError
 from rlds_writer.record import step_kernel
 from rlds_writer.record.values import INT64_MAX, INT64_MIN, cast_value
-from rlds_writer.store import field_specs, frame_stream, shared_frames
-from rlds_writer.store.episode_data import (
+from rlds_writer.store.episodes import shared_frames
+from rlds_writer.store.episodes.episode_data import (
     BufferPool,
     ChunkedRows,
     PackedColumn,
     RowBytes,
     put_row,
 )
-from rlds_writer.store.wire import bytes_entry_head
+from rlds_writer.store.features import field_specs
+from rlds_writer.store.features.wire import bytes_entry_head
+from rlds_writer.store.images import frame_stream
 
 
 def _fast_scalar_types(dtype: np.dtype) -> frozenset:
@@ -705,7 +707,7 @@ class _ImageColumn(LargeArrayColumn):
 
 
 class _StreamedImageColumn(_ChecksItself):
-    """An image field whose frames are encoded while the episode runs (`store.frame_stream`).
+    """An image field whose frames are encoded while the episode runs (`store.images.frame_stream`).
 
     Each frame is copied into the stream's ring at the step and encoded on a
     background thread; the column keeps, per step, where its bytes will be.

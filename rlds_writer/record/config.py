@@ -1,7 +1,7 @@
 """Dataset configs: TFDS's RLDS `DatasetConfig` and building one from env specs.
 
 The recorders build their features from env specs and spaces as
-`store.feature_defs` (`spec_def`, `image_def`, `env_config`, and
+`store.features.feature_defs` (`spec_def`, `image_def`, `env_config`, and
 `record.spaces`), so a recording leaves TFDS unimported (about 135 ms of a
 short recording); the public builders (`feature_from_spec`, `image_feature`,
 `config_from_env`) give the same features as TFDS's own objects.
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import SpecError
-from rlds_writer.store import feature_defs
-from rlds_writer.store.image_codecs import DEFAULT_JPEG_QUALITY
+from rlds_writer.store.features import feature_defs
+from rlds_writer.store.images.image_codecs import DEFAULT_JPEG_QUALITY
 
 
 def dataset_config_class() -> type:
@@ -152,7 +152,7 @@ def image_def(
         `jpeg_quality` for the encoder; `features.json` does not store it).
 
     Returns:
-      A `store.feature_defs` `Image` or `Tensor`.
+      A `store.features.feature_defs` `Image` or `Tensor`.
     """
     check_image_encoding(image_encoding, jpeg_quality)
     shape = tuple(int(d) for d in shape)
@@ -200,7 +200,7 @@ def spec_def(
       jpeg_quality: JPEG quality 1..100 for `image_encoding="jpeg"`.
 
     Returns:
-      A `store.feature_defs` feature (TFDS's `Tensor` for a string array with
+      A `store.features.feature_defs` feature (TFDS's `Tensor` for a string array with
       a shape, which they do not hold), or a dict of them for nested specs
       (lists and tuples become dicts keyed by the element index as a string).
 
@@ -271,7 +271,7 @@ def env_config(
       **config_kwargs: other `DatasetConfig` fields (description, homepage, ...).
 
     Returns:
-      A `RecordingConfig` of `store.feature_defs` features (TFDS's
+      A `RecordingConfig` of `store.features.feature_defs` features (TFDS's
       `DatasetConfig` where `config_kwargs` name a field only it has).
     """
     check_image_encoding(image_encoding, jpeg_quality)

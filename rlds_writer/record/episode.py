@@ -24,10 +24,10 @@ from rlds_writer.errors import StepValueError
 from rlds_writer.record.appender import build_appender, compile_step_add
 from rlds_writer.record.columns import LargeArrayColumn, make_column, skip
 from rlds_writer.record.values import cast_value
-from rlds_writer.store import field_specs
-from rlds_writer.store.end_reasons import END_REASON
-from rlds_writer.store.episode_data import BufferPool, Episode, PackedColumn
-from rlds_writer.store.frame_stream import FrameCodec, FrameStream
+from rlds_writer.store.episodes.episode_data import BufferPool, Episode, PackedColumn
+from rlds_writer.store.features import field_specs
+from rlds_writer.store.features.end_reasons import END_REASON
+from rlds_writer.store.images.frame_stream import FrameCodec, FrameStream
 
 _log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@
 A slot is one episode in progress (a vector env's sub-env, an RLlib
 episode; the dm_env `TFDSBackendWriter` uses one). The recorder owns the
 episode buffers (`EpisodeBuffer`, which checks every value and aligns steps
-to RLDS) and hands each finished `store.episode_data.Episode` to its
+to RLDS) and hands each finished `store.episodes.episode_data.Episode` to its
 `DatasetWriter`; it writes open episodes, cut short, at close and at
 interpreter exit.
 
@@ -38,11 +38,11 @@ from rlds_writer.record.spaces import (
     DEFAULT_JPEG_QUALITY,
     values_def,
 )
-from rlds_writer.store import end_reasons, feature_defs, field_specs
-from rlds_writer.store.dataset_setup import check_mode
-from rlds_writer.store.exit_close import close_at_exit
-from rlds_writer.store.object_path import as_path
-from rlds_writer.store.writer import DatasetWriter
+from rlds_writer.store.features import end_reasons, feature_defs, field_specs
+from rlds_writer.store.storage.object_path import as_path
+from rlds_writer.store.writing.dataset_setup import check_mode
+from rlds_writer.store.writing.exit_close import close_at_exit
+from rlds_writer.store.writing.writer import DatasetWriter
 
 if TYPE_CHECKING:
     from etils import epath

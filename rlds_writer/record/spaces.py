@@ -23,7 +23,7 @@ from the values seen (`feature_from_values`): Python floats become float32
 arrays keep their dtype and shape.
 
 The recorders use `space_def`, `values_def` and `spaces_config`, which give
-`store.feature_defs` features (TFDS stays unimported); `feature_from_space`,
+`store.features.feature_defs` features (TFDS stays unimported); `feature_from_space`,
 `feature_from_values` and `config_from_spaces` give the same as TFDS's objects.
 """
 
@@ -48,7 +48,7 @@ from rlds_writer.record.config import (
     recording_config,
     tfds_builder,
 )
-from rlds_writer.store import feature_defs
+from rlds_writer.store.features import feature_defs
 
 __all__ = [
     "DEFAULT_IMAGE_ENCODING",
@@ -103,7 +103,7 @@ def space_def(
       jpeg_quality: JPEG quality 1..100 for `image_encoding="jpeg"`.
 
     Returns:
-      A `store.feature_defs` feature, or a dict of them for `Dict` and `Tuple`.
+      A `store.features.feature_defs` feature, or a dict of them for `Dict` and `Tuple`.
 
     Raises:
       SpecError: if the space (or a part of it) cannot be stored.
@@ -297,7 +297,7 @@ def values_def(
       jpeg_quality: JPEG quality 1..100 for `image_encoding="jpeg"`.
 
     Returns:
-      A `store.feature_defs` feature, or a dict of them for dict values.
+      A `store.features.feature_defs` feature, or a dict of them for dict values.
 
     Raises:
       SpecError: if the values have no common type, shape or nesting.

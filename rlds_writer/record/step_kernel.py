@@ -1,7 +1,7 @@
 """The mid-episode step of `EnvLogger`, `RecordRLDS` and `RecordRLDSVector` in C, where built.
 
 The generated Python step (`record.appender`, compiled into `EnvLogger.step`
-by `record.dm_env`) spends most of what recording adds to a cheap env's step
+by `record.dm_env.env_logger`) spends most of what recording adds to a cheap env's step
 in the interpreter: attribute reads, type tests, the `tobytes` call. The
 `StepKernel` of `_step_kernel.c` does the same tests and appends in C for the
 layouts every column of which says how (`kernel_leaf`: a scalar or a small

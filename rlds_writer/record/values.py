@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import StepValueError
-from rlds_writer.store import field_specs
+from rlds_writer.store.features import field_specs
 
 # A Python int is unbounded; int64 fields take this range.
 INT64_MIN = -(2**63)

@@ -119,7 +119,7 @@ def _missing_modules(script: str) -> list[str]:
 
 # Docs whose blocks need the object-store servers (never a real bucket), and the test
 # that runs them there.
-_RUN_AGAINST_SERVERS = {"storage.md": "tests/store/test_storage_docs.py"}
+_RUN_AGAINST_SERVERS = {"storage.md": "tests/store/storage/test_storage_docs.py"}
 
 
 # Executing a doc's blocks takes from 10 s to a minute (RLlib training, every README

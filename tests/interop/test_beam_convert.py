@@ -24,7 +24,7 @@ from helpers_core import load_episodes, load_episodes_from_data_source  # noqa: 
 import rlds_writer  # noqa: E402
 from rlds_writer.cli.main import main  # noqa: E402
 from rlds_writer.interop import beam_convert  # noqa: E402
-from rlds_writer.store import shards  # noqa: E402
+from rlds_writer.store.formats import shards  # noqa: E402
 
 CHECKOUT = Path(rlds_writer.__file__).resolve().parent.parent
 IN_PROCESS = ["--runner=DirectRunner"]
@@ -74,7 +74,7 @@ def _write_hdf5(path, episodes):
 
 def _listed_records(path):
     """Every record of every split, in the order dataset_info.json lists the shards."""
-    from rlds_writer.store import layout
+    from rlds_writer.store.dataset import layout
 
     info = json.loads((path / "dataset_info.json").read_text())
     out = {}

@@ -7,7 +7,7 @@ import pytest
 
 from rlds_writer.errors import CorruptRecordError
 from rlds_writer.interop import package_sources
-from rlds_writer.store import shards
+from rlds_writer.store.formats import shards
 
 RECORDS = [b"first episode", b"second episode" * 50, b"third"]
 

@@ -13,7 +13,8 @@ import pytest
 
 import rlds_writer
 from rlds_writer.errors import CorruptRecordError, RLDSWriterError
-from rlds_writer.store import layout, tfrecord
+from rlds_writer.store.dataset import layout
+from rlds_writer.store.formats.tfrecord import tfrecord
 
 NAME = crash_child.NAME
 
@@ -304,7 +305,7 @@ def test_a_zlib_bomb_is_refused_within_bounded_memory(tmp_path):
     assert small in record
     assert len(bomb) < 2_000_000
     # Same length prefix trick: replace inside a rebuilt example.
-    from rlds_writer.store import wire
+    from rlds_writer.store.features import wire
 
     located = wire.parse_example(bytes(record))
     assert "steps/blob" in located

@@ -2,7 +2,7 @@
 
 recover, info, validate, merge, stats and the reader must read them as TFDS
 does, and must never reduce the number of episodes TFDS can read. Appending
-to them (tests/store/test_append_to_tfds_datasets.py) keeps their shards as they are.
+to them (tests/store/writing/test_append_to_tfds_datasets.py) keeps their shards as they are.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import rlds_writer
-from rlds_writer.store import tfrecord
+from rlds_writer.store.formats.tfrecord import tfrecord
 
 EPISODES = 12
 

@@ -11,7 +11,9 @@ import pytest
 
 import rlds_writer
 from rlds_writer import cli
-from rlds_writer.store import file_io, layout, tfrecord
+from rlds_writer.store.dataset import layout
+from rlds_writer.store.formats.tfrecord import tfrecord
+from rlds_writer.store.storage import file_io
 
 NAME = crash_child.NAME
 STEPS = sum(len(crash_child.expected_episode(i)["t"]) for i in range(10))

@@ -24,6 +24,47 @@ ALLOWED = {
 }
 
 
+# Inside store/ and record/: room -> the rooms its modules may import (itself included).
+# A room is a subpackage (`store.formats.tfrecord` is in `store.formats`); record's
+# core is the modules at the top of record/, its adapters the subpackages.
+_STORE_ROOMS = {
+    "store": {"_exports"},
+    "store.storage": {"errors"},
+    "store.episodes": {"errors"},
+    "store.features": {"errors", "store.episodes"},
+    "store.images": {"errors", "store.episodes", "store.features"},
+    "store.formats": {"errors", "store.storage"},
+    "store.dataset": {"_exports", "errors", "store.storage", "store.formats", "store.features"},
+    "store.repair": {"errors", "store.storage", "store.formats", "store.dataset"},
+}
+_STORE_ROOMS["store.writing"] = {"errors", *_STORE_ROOMS} - {"store"}
+_ADAPTERS = ("record.dm_env", "record.gymnasium", "record.pettingzoo", "record.rllib")
+ROOMS = {
+    **{room: allowed | {room} for room, allowed in _STORE_ROOMS.items()},
+    # The recording core imports the store, never an adapter.
+    "record": {"_exports", "errors", "record", *_STORE_ROOMS} - {"store"},
+    # An adapter imports the core and the store, never another adapter.
+    **{a: {"_exports", "errors", "record", a, *_STORE_ROOMS} - {"store"} for a in _ADAPTERS},
+}
+# The recording core: the modules at the top of record/.
+_RECORD_CORE = (
+    "appender",
+    "columns",
+    "config",
+    "episode",
+    "gymnasium_recording",
+    "recorder",
+    "spaces",
+    "step_kernel",
+    "values",
+)
+# Single imports that cross a room the wrong way, each to be removed.
+_KNOWN_CROSSINGS = {
+    ("rlds_writer.store.features.field_specs", "rlds_writer.store.images.image_codecs"),
+    ("rlds_writer.store.formats.tfrecord.tfrecord_shards", "rlds_writer.store.dataset.layout"),
+}
+
+
 def _module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -66,6 +107,51 @@ def test_imports_run_one_way_between_layers():
                 wrong.append(f"{module} imports {target}")
             if target == "rlds_writer" and layer != "cli":
                 wrong.append(f"{module} imports the package root (lazy re-exports) from below")
+    assert not wrong, "\n".join(wrong)
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) < 3 or parts[1] not in ("store", "record"):
+        return None
+    if parts[1] == "record":
+        sub = ".".join(parts[1:3])
+        return sub if sub in _ADAPTERS else "record"
+    package = PACKAGE.parent.joinpath(*parts[:3])
+    return ".".join(parts[1:3]) if (package / "__init__.py").exists() else "store"
+
+
+def test_imports_run_one_way_between_the_rooms_of_store_and_record():
+    wrong = []
+    for module, imported in sorted(_graph().items()):
+        room = _room(module)
+        if room is None:
+            continue
+        for target in sorted(imported):
+            target_room = _room(target) or _layer(target)
+            if target_room in ROOMS[room] or (module, target) in _KNOWN_CROSSINGS:
+                continue
+            wrong.append(f"{module} ({room}) imports {target} ({target_room})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_store_and_record_module_is_in_a_room():
+    top = [p.name for d in ("store", "record") for p in (PACKAGE / d).glob("*.py")]
+    assert sorted(top) == sorted(
+        ["__init__.py", "__init__.py"] + [f"{m}.py" for m in _RECORD_CORE]
+    ), "store/ holds only rooms; record/ holds its core and the adapters' rooms"
+
+
+def test_a_shard_format_never_imports_another_format():
+    wrong = []
+    for module, imported in sorted(_graph().items()):
+        parts = module.split(".")
+        if parts[1:3] != ["store", "formats"] or len(parts) < 5:
+            continue
+        for target in imported:
+            other = target.split(".")
+            if other[1:3] == ["store", "formats"] and len(other) >= 5 and other[3] != parts[3]:
+                wrong.append(f"{module} imports {target}")
     assert not wrong, "\n".join(wrong)
 
 
@@ -116,16 +202,19 @@ _OTHER_TEST_FOLDERS = {
 
 def test_every_test_folder_mirrors_a_subpackage():
     tests = Path(__file__).resolve().parents[1]
-    subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    subpackages = {p.parent.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*/__init__.py")}
     wrong = []
-    for folder in sorted(p for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__"):
-        if folder.name not in subpackages and folder.name not in _OTHER_TEST_FOLDERS:
+    for folder in sorted(p for p in tests.rglob("*") if p.is_dir()):
+        name = folder.relative_to(tests).as_posix()
+        if "__pycache__" in name or name.split("/")[0] in _OTHER_TEST_FOLDERS:
+            continue
+        if name not in subpackages:
             wrong.append(
-                f"tests/{folder.name}/ names no subpackage of rlds_writer"
+                f"tests/{name}/ names no subpackage of rlds_writer"
                 f" ({', '.join(sorted(subpackages))}) nor {sorted(_OTHER_TEST_FOLDERS)}"
             )
         if (folder / "__init__.py").exists():
-            wrong.append(f"tests/{folder.name}/__init__.py: test folders are not packages")
+            wrong.append(f"tests/{name}/__init__.py: test folders are not packages")
     assert not wrong, "\n".join(wrong)
     assert not list(tests.glob("test_*.py")), "test files live in the folder of what they test"
 

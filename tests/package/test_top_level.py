@@ -68,7 +68,7 @@ def test_the_top_level_holds_the_first_hour_names_and_each_resolves():
     resolved = {name: _resolve(f"rlds_writer.{name}") for name in TOP_LEVEL}
     # The core and the Gymnasium recorder, at least, are there in every install we test.
     assert resolved["open_dataset"] is not None and resolved["RecordRLDS"] is not None
-    assert rlds_writer.RecordRLDS.__module__ == "rlds_writer.record.gymnasium"
+    assert rlds_writer.RecordRLDS.__module__ == "rlds_writer.record.gymnasium.gymnasium_wrapper"
     assert issubclass(rlds_writer.RLDSWriterError, Exception)
 
 
@@ -99,6 +99,48 @@ def test_a_moved_name_says_where_it_is_and_is_there():
     assert rlds_writer.errors.SpecError.__name__ == "SpecError"
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'$"):
         rlds_writer.no_such_name  # noqa: B018
+
+
+# Paths users type into the package's own subpackages (README, docs, RLlib configs).
+_SUBPACKAGE_PATHS = (
+    "rlds_writer.store.DatasetWriter",
+    "rlds_writer.store.MergeReport",
+    "rlds_writer.store.writer_directory",
+    "rlds_writer.store.dataset.Dataset",
+    "rlds_writer.record.dm_env.EnvLogger",
+    "rlds_writer.record.dm_env.TFDSBackendWriter",
+    "rlds_writer.record.gymnasium.RecordRLDS",
+    "rlds_writer.record.gymnasium.RecordRLDSVector",
+    "rlds_writer.record.pettingzoo.RecordRLDSParallel",
+    "rlds_writer.record.pettingzoo.RecordRLDSAEC",
+    "rlds_writer.record.rllib.RLDSRecorder",
+    "rlds_writer.record.rllib.finish_recording",
+    "rlds_writer.record.rllib.runner_directories",
+    "rlds_writer.record.rllib.module_runner_directories",
+)
+
+
+@pytest.mark.parametrize("path", _SUBPACKAGE_PATHS)
+def test_a_public_path_into_store_or_record_still_works(path):
+    module_name, name = path.rsplit(".", 1)
+    value = _resolve(path)
+    if value is None:  # its extra is not installed here
+        return
+    assert not isinstance(value, types.ModuleType), path
+    # `from rlds_writer.record.rllib import RLDSRecorder`, as the README has it.
+    assert getattr(importlib.import_module(module_name), name) is value
+
+
+@pytest.mark.parametrize("package", ["store", "record"])
+def test_a_module_moved_into_a_room_says_where_it_is_and_is_there(package):
+    module = importlib.import_module(f"rlds_writer.{package}")
+    moved = module._MOVED_MODULES
+    assert moved
+    for name, place in moved.items():
+        with pytest.raises(AttributeError, match=rf"has no attribute '{name}'; it is {place}$"):
+            getattr(module, name)
+        assert place.rsplit(".", 1)[1] == name  # a moved module kept its name
+        assert (_ROOT / Path(*place.split("."))).with_suffix(".py").is_file(), place
 
 
 def test_old_module_paths_are_gone():

@@ -31,7 +31,8 @@ import pytest
 import rlds_writer
 from rlds_writer import cli
 from rlds_writer.errors import IncompatibleDatasetError, UnsafePathError
-from rlds_writer.store import file_io, layout, names
+from rlds_writer.store.dataset import layout, names
+from rlds_writer.store.storage import file_io
 
 gym = pytest.importorskip("gymnasium")
 
@@ -162,7 +163,7 @@ def test_pettingzoo_agent_group_that_is_a_path_is_refused(tmp_path):
 
 
 def test_rllib_module_id_with_a_separator_is_refused():
-    from rlds_writer.record.rllib_multiagent import check_module_id
+    from rlds_writer.record.rllib.rllib_multiagent import check_module_id
 
     for bad in ("a/b", "../m", "/abs", ".."):
         with pytest.raises(UnsafePathError) as e:

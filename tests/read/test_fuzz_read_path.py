@@ -1,10 +1,10 @@
 """Fuzzing the TF-free read path: crafted bytes give an RLDSWriterError, never anything else.
 
 Three surfaces are fuzzed with hypothesis: the TFRecord framing
-(`store.tfrecord.scan` and `read_record`), the wire decoder
-(`store.wire.parse_example` and `read.decode.Decoder.decode`, on mutated records
+(`store.formats.tfrecord.tfrecord.scan` and `read_record`), the wire decoder
+(`store.features.wire.parse_example` and `read.decode.Decoder.decode`, on mutated records
 of a real recorded dataset and on random bytes) and `features.json` parsing
-(`store.features.parse_features` on mutated real dicts, then decoding real
+(`store.features.features.parse_features` on mutated real dicts, then decoding real
 records with what it accepted). Each run must end in a clean result or an
 `RLDSWriterError` subclass, within bounded memory.
 
@@ -34,8 +34,9 @@ from hypothesis import strategies as st
 
 from rlds_writer.errors import RLDSWriterError
 from rlds_writer.read.decode import Decoder
-from rlds_writer.store import tfrecord, wire
-from rlds_writer.store.features import parse_features
+from rlds_writer.store.features import wire
+from rlds_writer.store.features.features import parse_features
+from rlds_writer.store.formats.tfrecord import tfrecord
 
 FUZZ = fuzz_settings(200)
 # Decoding a record of a few kB may take a small multiple of the largest
@@ -208,7 +209,7 @@ def _read_all(shard, count: int) -> list:
 @given(records=payloads, data=st.data())
 def test_index_cache_crafted_never_gives_the_wrong_record(tmp_path, records, data):
     """A crafted `.rlds_reader_index` cache gives the right records or an error, never others."""
-    from rlds_writer.store.tfrecord_reader import TFRecordShard
+    from rlds_writer.store.formats.tfrecord.tfrecord_reader import TFRecordShard
 
     blob, _ = _frames(records)
     path = tmp_path / "shard.tfrecord"

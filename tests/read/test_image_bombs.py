@@ -207,7 +207,7 @@ def test_show_refuses_bombs_in_one_line(tmp_path, kind, baseline_mb):
 def test_an_open_size_image_under_the_limits_still_decodes_exactly(tmp_path):
     image = np.random.default_rng(0).integers(0, 65536, (300, 200, 1), dtype=np.uint16)
     buf = io.BytesIO()
-    from rlds_writer.store.image_codecs import encode_png
+    from rlds_writer.store.images.image_codecs import encode_png
 
     buf.write(encode_png(image))
     _write(tmp_path / "ds", _OPEN_GREY16, [buf.getvalue(), _png_of_zeros(2048, 2048, 16)])

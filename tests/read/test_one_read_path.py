@@ -11,7 +11,8 @@ from pathlib import Path
 import crash_child
 import pytest
 
-from rlds_writer.store import layout, tfrecord
+from rlds_writer.store.dataset import layout
+from rlds_writer.store.formats.tfrecord import tfrecord
 
 BIN = Path(sys.executable).parent / "rlds-writer"
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")

@@ -26,8 +26,8 @@ import rlds_writer
 from rlds_writer.errors import DecodeError, UnsupportedFeatureError
 from rlds_writer.read import png
 from rlds_writer.read.decode import Decoder
-from rlds_writer.store.features import load_features
-from rlds_writer.store.image_codecs import encode_png
+from rlds_writer.store.features.features import load_features
+from rlds_writer.store.images.image_codecs import encode_png
 
 _COLOUR = {1: 0, 2: 4, 3: 2, 4: 6}  # channels -> PNG colour type
 _ADAM7 = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2)]

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 
 import rlds_writer
 from rlds_writer.read import reader as reader_lib
-from rlds_writer.store import wire
-from rlds_writer.store.tfrecord import CorruptRecordError
+from rlds_writer.store.features import wire
+from rlds_writer.store.formats.tfrecord.tfrecord import CorruptRecordError
 
 NUMERIC_DTYPES = [
     np.bool_,
@@ -377,7 +377,7 @@ def test_offset_index_is_cached_next_to_the_dataset_and_reused(tmp_path, monkeyp
     def no_scan(self):
         raise AssertionError("the cached index should have been used")
 
-    from rlds_writer.store.tfrecord_reader import TFRecordShard
+    from rlds_writer.store.formats.tfrecord.tfrecord_reader import TFRecordShard
 
     monkeypatch.setattr(TFRecordShard, "_scan_offsets", no_scan)
     again = reader_lib.open_dataset(path, index_cache="disk")
@@ -534,7 +534,7 @@ def test_reader_runs_where_importing_tensorflow_fails(tmp_path):
 
 
 def test_unsupported_feature_kinds_raise_not_implemented():
-    from rlds_writer.store.features import parse_features
+    from rlds_writer.store.features.features import parse_features
 
     config = {
         "pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
@@ -552,7 +552,7 @@ def test_unsupported_feature_kinds_raise_not_implemented():
 
 
 def test_varints_decode_vectorised_like_protobuf():
-    from rlds_writer.store.field_encoding import encode_varints
+    from rlds_writer.store.features.field_encoding import encode_varints
 
     values = np.array(
         [0, 1, 127, 128, 300, 2**31, -1, -(2**63), 2**63 - 1, 16384, -300], dtype=np.int64
@@ -597,7 +597,7 @@ def test_shard_names_with_num_shards_template_like_tfds_builders(tmp_path):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50))
 def test_varint_decoding_matches_encoding_for_any_int64(values):
-    from rlds_writer.store.field_encoding import encode_varints
+    from rlds_writer.store.features.field_encoding import encode_varints
 
     arr = np.array(values, dtype=np.int64)
     data = np.frombuffer(encode_varints(arr), np.uint8)

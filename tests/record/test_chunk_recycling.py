@@ -23,7 +23,7 @@ from helpers_core import load_episodes
 import rlds_writer
 from rlds_writer import RecordRLDS
 from rlds_writer.record import columns as columns_lib
-from rlds_writer.store import chunk_spares, episode_data
+from rlds_writer.store.episodes import chunk_spares, episode_data
 
 _SHAPE = (64, 64, 3)  # 12,288-byte rows: a chunked (large-row) column
 _ROWS_PER_CHUNK = 4

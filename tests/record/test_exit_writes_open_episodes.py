@@ -79,7 +79,7 @@ def test_a_forked_child_that_exits_leaves_its_parents_recording_alone(tmp_path):
         f"""
         import os, sys
         import rlds_writer
-        from rlds_writer.store import layout
+        from rlds_writer.store.dataset import layout
         OUT = {str(tmp_path / "ds")!r}
         env = rlds_writer.EnvLogger(rlds_writer.Catch(rows=40, seed=0), data_directory=OUT)
 

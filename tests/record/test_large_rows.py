@@ -17,8 +17,8 @@ import rlds_writer
 from rlds_writer import RecordRLDS
 from rlds_writer.errors import StepValueError
 from rlds_writer.record import columns as columns_lib
-from rlds_writer.store import tfrecord
-from rlds_writer.store.episode_data import BufferPool
+from rlds_writer.store.episodes.episode_data import BufferPool
+from rlds_writer.store.formats.tfrecord import tfrecord
 
 # Three 16x16x3 frames per chunk: every episode below spans several chunks.
 _SMALL_CHUNK = 3 * 16 * 16 * 3

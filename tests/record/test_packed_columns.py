@@ -2,7 +2,7 @@
 
 A float32 column is handed to the encoder as its little-endian bytes, and an
 integer or bool column whose values all lie in [0, 128) as one byte per value
-(`store.episode_data.PackedColumn`); everything else as arrays, as before.
+(`store.episodes.episode_data.PackedColumn`); everything else as arrays, as before.
 These tests check both forms: the record is the `tf.train.Example` TFDS's own
 encoder and serializer make of the same episode, on the packed path and on
 every way off it (ints of 128 and above, negative ints, a float32 reward out
@@ -20,7 +20,7 @@ import tensorflow_datasets as tfds
 from helpers_core import EpisodeSpec, rlds_example
 
 import rlds_writer
-from rlds_writer.store.episode_data import PackedColumn
+from rlds_writer.store.episodes.episode_data import PackedColumn
 
 
 def _config() -> rlds_writer.DatasetConfig:
@@ -64,7 +64,7 @@ def _episode(actions: list, rewards: list, counts: list) -> EpisodeSpec:
 
 def _finish(features, episode: EpisodeSpec):
     from rlds_writer.record import episode as steps
-    from rlds_writer.store import encoding
+    from rlds_writer.store.writing import encoding
 
     encoder = encoding.EpisodeEncoder(features)
     buffer = steps.StepFields(encoder.fields, empty_dicts=encoder.empty_dicts).new_buffer()

@@ -403,7 +403,7 @@ def test_scalar_casting_accepts_and_rejects_exactly_like_tfds(dtype):
     from tensorflow_datasets.rlds import rlds_base
 
     from rlds_writer.record import episode as steps
-    from rlds_writer.store import field_specs
+    from rlds_writer.store.features import field_specs
 
     config = rlds_writer.DatasetConfig(name="cast", observation_info=dtype)
     identity = tfds.core.DatasetIdentity(

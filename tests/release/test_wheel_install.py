@@ -172,8 +172,10 @@ def test_the_release_passes_twine_check_and_declares_version_license_and_classif
         metadata = whl.read(f"rlds_writer-{version}.dist-info/METADATA").decode()
         names = whl.namelist()
     assert any(n.startswith("rlds_writer/record/_step_kernel.") for n in names), names
-    assert any(n.startswith("rlds_writer/store/_crc32c.") for n in names), names
-    assert any(n.startswith("rlds_writer/store/_zero_ahead.") for n in names), names
+    assert any(n.startswith("rlds_writer/store/formats/tfrecord/_crc32c.") for n in names), names
+    assert any(n.startswith("rlds_writer/store/formats/tfrecord/_zero_ahead.") for n in names), (
+        names
+    )
     assert f"\nVersion: {version}\n" in metadata
     assert "\nLicense-Expression: Apache-2.0\n" in metadata
     assert "\nLicense-File: LICENSE\n" in metadata
@@ -195,8 +197,8 @@ def test_the_release_passes_twine_check_and_declares_version_license_and_classif
         "tests/conftest.py",
         "docs/architecture.md",
         "rlds_writer/record/_step_kernel.c",
-        "rlds_writer/store/_crc32c.c",
-        "rlds_writer/store/_zero_ahead.c",
+        "rlds_writer/store/formats/tfrecord/_crc32c.c",
+        "rlds_writer/store/formats/tfrecord/_zero_ahead.c",
     ):
         assert name in members, name
     assert "Apache License" in (_ROOT / "LICENSE").read_text()

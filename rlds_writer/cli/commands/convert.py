@@ -8,7 +8,7 @@ import sys
 
 from rlds_writer.cli.commands import _beam, _formats
 from rlds_writer.interop import FORMATS
-from rlds_writer.store import shards
+from rlds_writer.store.formats import shards
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlds_writer.store.merge import merge
+    from rlds_writer.store.repair.merge import merge
 
     report = merge(args.sources, args.output, move=args.move, recover_sources=not args.no_recover)
     if args.json:

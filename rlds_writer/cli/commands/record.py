@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from rlds_writer.store import shards
+from rlds_writer.store.formats import shards
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -43,7 +43,7 @@ from rlds_writer.errors import SourceError
 from rlds_writer.interop import hdf5_source
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
 from rlds_writer.interop.source_limits import Budget, source_errors
-from rlds_writer.store.json_values import jsonable
+from rlds_writer.store.dataset.json_values import jsonable
 
 _CORE = ("observations", "actions", "rewards", "terminals", "timeouts", "next_observations")
 # Metadata arrays larger than this are described (dtype, shape) instead of copied.

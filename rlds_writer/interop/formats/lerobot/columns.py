@@ -19,7 +19,7 @@ import numpy as np
 
 from rlds_writer.errors import SpecError
 from rlds_writer.interop.formats.lerobot.layout import DEFAULT_FEATURES, DONE, TRUNCATED
-from rlds_writer.store.image_codecs import encode_png
+from rlds_writer.store.images.image_codecs import encode_png
 
 
 @dataclasses.dataclass

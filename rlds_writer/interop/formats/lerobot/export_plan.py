@@ -21,7 +21,7 @@ from rlds_writer.interop.formats.lerobot import columns as columns_lib
 from rlds_writer.interop.formats.lerobot import layout
 from rlds_writer.interop.formats.lerobot import stats as stats_lib
 from rlds_writer.interop.formats.lerobot.video import eligible, meta_types
-from rlds_writer.store import names
+from rlds_writer.store.dataset import names
 
 # (kind, dtype, shape) of a data column, as `columns.arrow_type` takes them.
 Kind = tuple[str, np.dtype, tuple[int, ...]]

@@ -49,7 +49,7 @@ from rlds_writer.interop.export import (
 )
 from rlds_writer.interop.formats.lerobot import export_plan, layout
 from rlds_writer.interop.formats.lerobot.export_episodes import EpisodeFiles
-from rlds_writer.store.json_values import jsonable
+from rlds_writer.store.dataset.json_values import jsonable
 
 
 @needs_libraries("lerobot")

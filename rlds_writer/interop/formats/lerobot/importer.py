@@ -51,7 +51,7 @@ from rlds_writer.interop.formats.lerobot import layout
 from rlds_writer.interop.formats.lerobot import meta as lerobot_meta
 from rlds_writer.interop.formats.lerobot.video import VideoFrames
 from rlds_writer.interop.source_limits import check_parquet, source_errors
-from rlds_writer.store import names
+from rlds_writer.store.dataset import names
 
 _DROPPED = ("frame_index", "index", "episode_index", "task_index")
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import IncompatibleDatasetError
-from rlds_writer.store import names
+from rlds_writer.store.dataset import names
 
 CODEBASE_VERSION = "v3.0"
 CHUNKS_SIZE = 1000
@@ -75,7 +75,7 @@ def check_video_path(template: Any, where: str) -> str:
     The template may hold `{video_key}` (no format spec) and `{chunk_index}`,
     `{file_index}` with an integer spec of width at most 20 (a width is
     memory: `{chunk_index:0600000000d}` would be a 600 MB string); filled in,
-    it must be a relative path of safe names (`store.names`): no absolute
+    it must be a relative path of safe names (`store.dataset.names`): no absolute
     path, no `..`.
 
     Raises:

@@ -56,7 +56,7 @@ from rlds_writer.interop.export import (
 from rlds_writer.interop.export_spaces import env_spec, export_spaces
 from rlds_writer.interop.formats.minari.staging import minari_namespace
 from rlds_writer.read.nest import map_tree
-from rlds_writer.store.json_values import jsonable
+from rlds_writer.store.dataset.json_values import jsonable
 
 _MINARI_METADATA = (
     "algorithm_name",

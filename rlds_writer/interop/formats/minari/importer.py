@@ -46,7 +46,7 @@ import numpy as np
 
 from rlds_writer.errors import SourceError
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
-from rlds_writer.store.json_values import jsonable
+from rlds_writer.store.dataset.json_values import jsonable
 
 
 def resolve_data_path(src: os.PathLike | str) -> Path:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from rlds_writer.interop import staging
-from rlds_writer.store import file_io, names
+from rlds_writer.store.dataset import names
+from rlds_writer.store.storage import file_io
 
 # The Minari root is process-wide state (an environment variable): one export at a time.
 _MINARI_ROOT = threading.Lock()

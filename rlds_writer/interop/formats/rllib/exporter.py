@@ -63,7 +63,7 @@ from rlds_writer.interop.export import (
 )
 from rlds_writer.interop.export_spaces import export_spaces
 from rlds_writer.read.nest import map_tree, rows
-from rlds_writer.store.json_values import jsonable
+from rlds_writer.store.dataset.json_values import jsonable
 
 LAYOUTS = ("episodes", "columns")
 _FLUSH_BYTES = 8 << 20

@@ -49,7 +49,7 @@ import numpy as np
 from rlds_writer.errors import SourceError, counted
 from rlds_writer.interop.episodes import ConversionReport, SourceEpisode, write_episodes
 from rlds_writer.interop.formats.rllib import state as rllib_state
-from rlds_writer.store.json_values import jsonable
+from rlds_writer.store.dataset.json_values import jsonable
 
 
 def parquet_files(src: os.PathLike | str) -> list[Path]:

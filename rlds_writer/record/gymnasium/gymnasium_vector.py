@@ -1,0 +1,274 @@
+"""`RecordRLDSVector`: every sub-env of a Gymnasium vector env recorded as RLDS.
+
+Each sub-env's episodes are separate episodes of one dataset. The wrapper
+records whole batches, one call per vector step, on the batch recorder
+(`record/batch/vector.py` over `record/batch/core.py`): each episode is
+byte for byte what `RecordRLDS` records for that sub-env alone. With
+`step_fn` or `episode_fn`, user functions of one sub-env's step, it records
+a sub-env at a time instead, through one `Recording`
+(`record/gymnasium_recording.py`) with a slot per sub-env. The
+autoreset mode (`next_step`, `same_step`, `disabled`) is read from
+`env.metadata['autoreset_mode']`; the autoreset step of `next_step` mode never
+enters an episode, and in `same_step` mode the final observation and info of
+an ended episode are taken from `final_obs`/`final_info`. The mapping from
+Gymnasium to RLDS is `RecordRLDS`'s (`record/gymnasium/gymnasium_wrapper.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import gymnasium
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import iterate
+
+from rlds_writer.errors import StepValueError
+from rlds_writer.record.batch.vector import VectorRecording, split_options
+from rlds_writer.record.gymnasium_recording import OPTIONS_DOC, env_id, new_recording
+from rlds_writer.record.recorder import Recorder
+
+if TYPE_CHECKING:
+    from etils import epath
+
+    from rlds_writer.record.batch.core import BatchRecorder
+
+
+def _env_info(infos: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """The `info` of sub-env `index` from a vector env's batched info dict."""
+    out: dict[str, Any] = {}
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        mask = infos.get(f"_{key}")
+        if mask is not None and not mask[index]:
+            continue
+        if isinstance(value, Mapping):
+            out[key] = _env_info(value, index)
+        else:
+            out[key] = value[index]
+    return out
+
+
+def _items(values: Any) -> Any:
+    """A batch of scalars (an array, usually) as a list of Python scalars."""
+    return values.tolist() if hasattr(values, "tolist") else values
+
+
+_FINAL_KEYS = ("final_obs", "final_info")
+# The info of a recording that records nothing from it (no step or episode
+# metadata): never read, so never built per sub-env and step.
+_UNREAD: Mapping[str, Any] = {}
+
+
+class RecordRLDSVector(gymnasium.vector.VectorWrapper):
+    __doc__ = (
+        "Records every episode of every sub-env of a Gymnasium vector env as RLDS.\n\n"
+        "    Each sub-env's episodes are separate episodes of one dataset; the\n"
+        "    autoreset mode is read from `env.metadata['autoreset_mode']`.\n" + OPTIONS_DOC
+    )
+
+    def __init__(
+        self,
+        env: gymnasium.vector.VectorEnv,
+        data_directory: epath.PathLike,
+        **kwargs: Any,
+    ):
+        super().__init__(env)
+        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self._mode = AutoresetMode(mode) if not isinstance(mode, AutoresetMode) else mode
+        metadata = {
+            "autoreset_mode": self._mode.value,
+            "num_envs": env.num_envs,
+            **env_id(env),
+            **dict(kwargs.pop("metadata", None) or {}),
+        }
+        self._closed = False
+        # Whole batches, one call per vector step, unless a user function
+        # must see each sub-env's step.
+        self._batch: VectorRecording | None = None
+        if not split_options(kwargs):
+            self._batch = VectorRecording(
+                env.single_observation_space,
+                env.single_action_space,
+                env.num_envs,
+                self._mode.value,
+                data_directory,
+                {**kwargs, "metadata": metadata},
+            )
+            return
+        kwargs.pop("ring_bytes", None)
+        self._recording = new_recording(
+            env.single_observation_space,
+            env.single_action_space,
+            data_directory,
+            {**kwargs, "metadata": metadata},
+        )
+        recording = self._recording
+        self._reads_info = recording.has_step_metadata or recording.episode_fn is not None
+        self._plain_rewards = recording.default_reward and not self._reads_info
+        # Per sub-env, as Python lists: numpy's scalar reads and writes cost
+        # more than the rest of a sub-env's step.
+        n = env.num_envs
+        self._step_index = [0] * n
+        self._autoreset = [False] * n
+        # Each sub-env's step adder, bound to its open episode (`Recording.step_adder`);
+        # None outside one and after a refused value: the general path handles both.
+        self._adders: list[Callable[..., None] | None] = [None] * n
+        # And its C step (`record.step_kernel`), where the recording can take
+        # one: `record(action, result)` for the sub-env's mid-episode steps.
+        self._kernels: list[Any] = [None] * n
+        self._afters = [_after_of(self, i) for i in range(n)]
+        # `iterate`'s implementations for the two spaces, looked up once, not
+        # through its dispatch at every step.
+        self._iterate_obs = iterate.dispatch(type(env.observation_space))
+        self._iterate_actions = iterate.dispatch(type(env.action_space))
+
+    @property
+    def recorder(self) -> Recorder | BatchRecorder | None:
+        """What records (counters `episodes_written`, ...): the batch recorder, or the
+        per-sub-env `Recorder` with `step_fn`/`episode_fn`. None before the first
+        reset of a batch recording whose `info_keys` features are inferred."""
+        if self._batch is not None:
+            return self._batch.core
+        return self._recording.recorder
+
+    def reset(
+        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        # Read the mask first: the vector env pops it from `options`.
+        mask = (options or {}).get("reset_mask")
+        obs, infos = self.env.reset(seed=seed, options=options)
+        if self._batch is not None:
+            self._batch.reset(obs, infos, mask)
+            return obs, infos
+        for i, obs_i in enumerate(self._iterate_obs(self.env.observation_space, obs)):
+            if mask is not None and not mask[i]:
+                continue
+            self._begin(i, obs_i, _env_info(infos, i))
+            self._autoreset[i] = False
+        return obs, infos
+
+    def _begin(self, i: int, obs_i: Any, info_i: Mapping[str, Any]) -> None:
+        self._unbind(i)  # until the episode has begun
+        self._step_index[i] = 0
+        self._recording.begin(i, obs_i, info_i)
+        self._adders[i] = self._recording.step_adder(i)
+        # Used through `record(action, result)` only, which never calls the env's step.
+        self._kernels[i] = self._recording.step_kernel(i, self.env.step, self._afters[i])
+
+    def _unbind(self, i: int) -> None:
+        """Sub-env `i`'s steps go the general way: outside an episode, or after it ended."""
+        self._adders[i] = self._kernels[i] = None
+
+    def _after(self, i: int, action: Any, result: Any) -> Any:
+        """Records a result of sub-env `i` that its C step did not take as it is."""
+        obs, reward, terminated, truncated, info = result
+        adder = self._adders[i] or functools.partial(self._recording.add, i)
+        adder(self._step_index[i], action, obs, reward, terminated, truncated, info)
+        return result
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        if self._batch is not None:
+            self._batch.step(actions, obs, rewards, terminations, truncations, infos)
+            return obs, rewards, terminations, truncations, infos
+        observations = self._iterate_obs(self.env.observation_space, obs)
+        action_items = self._iterate_actions(self.env.action_space, actions)
+        # A value refused for one sub-env must not cost the others their step:
+        # every sub-env is recorded, then the first error is raised.
+        first_error = None
+        # Python scalars read faster than numpy's, one sub-env at a time; the
+        # caller gets the env's own arrays back. Rewards only where nothing
+        # but `float(reward)` is stored from them (no user function sees them).
+        terms, truncs = _items(terminations), _items(truncations)
+        rewards_i = _items(rewards) if self._plain_rewards else rewards
+        for i, (obs_i, action_i) in enumerate(zip(observations, action_items)):
+            try:
+                self._record_sub_env(i, obs_i, action_i, rewards_i[i], terms[i], truncs[i], infos)
+            except StepValueError as e:
+                first_error = first_error or e
+        if first_error is not None:
+            raise first_error
+        return obs, rewards, terminations, truncations, infos
+
+    def _record_sub_env(
+        self, i: int, obs_i: Any, action_i: Any, reward: Any, term: Any, trunc: Any, infos: Any
+    ) -> None:
+        recording = self._recording
+        info_i = _env_info(infos, i) if self._reads_info else _UNREAD
+        if self._autoreset[i]:
+            # next_step mode: this step reset sub-env i; its action was ignored.
+            self._autoreset[i] = False
+            self._begin(i, obs_i, info_i)
+            return
+        adder = self._adders[i]
+        if adder is None:
+            writer = recording.recorder
+            if not writer.in_episode(i) and not writer.stopped(i):
+                raise RuntimeError(f"sub-env {i} was stepped outside an episode: reset it first")
+            adder = functools.partial(recording.add, i)
+        terminated, truncated = bool(term), bool(trunc)
+        done = terminated or truncated
+        step_index = self._step_index[i] = self._step_index[i] + 1
+        kernel = self._kernels[i]
+        if kernel is not None and not done:
+            try:
+                kernel.record(action_i, (obs_i, reward, False, False, info_i))
+            except BaseException:
+                self._unbind(i)  # cut short: its next steps go the general way
+                raise
+            return
+        if done:
+            self._unbind(i)  # the episode ends with this step
+        if done and self._mode == AutoresetMode.SAME_STEP:
+            final_obs = infos["final_obs"][i]
+            final_info = _env_info(infos["final_info"], i)
+            reset_info = {k: v for k, v in info_i.items() if k not in _FINAL_KEYS}
+            try:
+                adder(step_index, action_i, final_obs, reward, terminated, truncated, final_info)
+            finally:
+                self._begin(i, obs_i, reset_info)
+            return
+        if done and self._mode == AutoresetMode.NEXT_STEP:
+            self._autoreset[i] = True  # set first: a refused value must not lose it
+        try:
+            adder(step_index, action_i, obs_i, reward, terminated, truncated, info_i)
+        except BaseException:
+            self._unbind(i)  # cut short: its next steps go the general way
+            raise
+
+    def flush(self) -> None:
+        """Blocks until every finished episode is on disk."""
+        if self._batch is not None:
+            self._batch.flush()
+            return
+        self._recording.recorder.flush()
+
+    def close(self, **kwargs: Any) -> None:
+        """Ends open episodes (cut short), closes the dataset, then the env."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._batch is not None:
+                self._batch.close()
+                return
+            for i in range(len(self._adders)):
+                self._unbind(i)
+            self._recording.recorder.close()
+        finally:
+            self.env.close(**kwargs)
+
+
+def _after_of(wrapper: RecordRLDSVector, i: int) -> Callable[[Any, Any], Any]:
+    """`wrapper._after` for sub-env `i`, holding the wrapper weakly: the C steps
+    it goes into must not keep the wrapper alive."""
+    ref = weakref.ref(wrapper)
+
+    def after(action: Any, result: Any) -> Any:
+        return ref()._after(i, action, result)
+
+    return after

@@ -1,0 +1,1 @@
+"""store.formats.array_record: array_record shards (riegeli files with random access)."""

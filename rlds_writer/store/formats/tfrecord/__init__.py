@@ -1,0 +1,1 @@
+"""store.formats.tfrecord: TFRecord shards (framing, reading, writing, zeros written ahead)."""

@@ -1,0 +1,173 @@
+"""How the store touches files: durable, exclusive and atomic writes, never through a link.
+
+Every file the package creates goes through here: `create_exclusive`
+(`O_CREAT | O_EXCL | O_NOFOLLOW`: nothing is ever written through a planted
+link), `atomic_file`/`atomic_write_text` (a new temporary file next to the
+target, renamed over it, so a reader sees the old file or the new one; an
+object in storage is replaced whole), the `fsync` helpers for power-loss
+durability, `refuse_symlink`, and the one-line error for a full disk. Remote
+paths go through the storage seam (`store.storage.storage`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import pathlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from rlds_writer.errors import DiskFullError, IncompatibleDatasetError
+from rlds_writer.store.storage import storage
+
+if TYPE_CHECKING:
+    from etils import epath
+
+
+def fsync_file(path: epath.PathLike) -> None:
+    """Makes a local file's content durable (no-op for remote paths)."""
+    if is_local(path):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def fsync_directory(path: epath.PathLike) -> None:
+    """Makes renames, creations and deletions in a local directory durable."""
+    if is_local(path):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def refuse_symlink(path: epath.PathLike, what: str) -> None:
+    """Raises if `path` is a symbolic link: we never write through one.
+
+    A crafted dataset could point its lock, journal or shard at a file
+    outside the directory; truncating or renaming through it would reach out.
+    """
+    if is_local(path) and os.path.islink(path):
+        raise IncompatibleDatasetError(
+            f"{path}: the {what} is a symbolic link (to {os.readlink(path)!r}); rlds_writer "
+            "never writes through links. Replace it with a regular file or remove it"
+        )
+
+
+def is_local(path: epath.PathLike) -> bool:
+    return not storage.is_remote(path)
+
+
+# Files we create never follow a link and never reuse an existing file: a
+# planted symbolic link at a temporary name must not make us write its target.
+_EXCLUSIVE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def create_exclusive(path: epath.PathLike, *, replace_stale: bool = False) -> int:
+    """Creates the new file `path` for writing and returns its descriptor.
+
+    `O_CREAT | O_EXCL | O_NOFOLLOW`: fails if anything (a file, a symbolic
+    link) is at `path`, so nothing is ever written through a link.
+
+    Args:
+      path: a local path.
+      replace_stale: first remove what is at `path` (a leftover temporary file
+        of a killed run; removing a link removes the link, not its target).
+    """
+    if replace_stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return os.open(path, _EXCLUSIVE, 0o666)
+
+
+def temp_path(path: epath.PathLike) -> pathlib.Path:
+    """A fresh, unguessable temporary name next to `path` (matched by `TEMP_FILE`)."""
+    path = pathlib.Path(path)
+    # `os.urandom`, as `secrets.token_hex` (whose import, hmac and OpenSSL, is
+    # 2-4 ms of a short recording).
+    return path.parent / f".{path.name}.tmp-{os.getpid()}-{os.urandom(8).hex()}"
+
+
+@contextlib.contextmanager
+def atomic_file(path: epath.PathLike, fsync: bool = False) -> Iterator[BinaryIO]:
+    """Yields a binary file that replaces `path` when the block ends without error.
+
+    The file is a new temporary one next to `path` (`temp_path`, created
+    exclusively, never through a link); on error it is removed and `path` is
+    unchanged. `os.replace` swaps a link at `path` itself, never its target.
+    """
+    path = pathlib.Path(path)
+    while True:
+        tmp = temp_path(path)
+        try:
+            fd = create_exclusive(tmp)
+            break
+        except FileExistsError:  # a name taken by chance (or planted): draw another
+            continue
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk must not also leave half a file behind.
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if fsync:
+        fsync_directory(path.parent)
+
+
+def atomic_write_text(path: epath.PathLike, text: str, fsync: bool = False) -> None:
+    """Replaces `path` with `text` so that readers see the old or the new file."""
+    if is_local(path):
+        with atomic_file(path, fsync=fsync) as f:
+            f.write(text.encode("utf-8"))
+    else:
+        # Object stores replace an object whole (one PUT): no temporary, no rename.
+        storage.storage_for(path).replace_bytes(os.fspath(path), text.encode("utf-8"))
+
+
+def write_new_text(path: epath.PathLike, text: str) -> None:
+    """Writes `path` as a new file holding `text`, removing what was there (a link, not its target).
+
+    For files written once, before anything reads them (a new dataset's
+    `features.json`); `atomic_write_text` for files readers may be reading.
+    """
+    data = text.encode("utf-8")
+    if not is_local(path):
+        storage.storage_for(path).replace_bytes(os.fspath(path), data)
+        return
+    with os.fdopen(create_exclusive(path, replace_stale=True), "wb") as f:
+        f.write(data)
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """True for the errors a full disk or an exhausted quota raise."""
+    return isinstance(error, OSError) and error.errno in _DISK_FULL
+
+
+def disk_full_error(directory: epath.PathLike, error: OSError, doing: str) -> DiskFullError:
+    """Returns the one-line error for a disk that filled up while `doing` in `directory`."""
+    where = f" ({error.filename})" if error.filename else ""
+    return DiskFullError(
+        error.errno,
+        f"{directory}: the disk is full{where} while {doing}; nothing already written was "
+        "lost (shards are unchanged or kept as .corrupt- copies). Free some space and run "
+        f"the same command again, or `rlds-writer recover {directory}`",
+    )
+
+
+def read_json(path: epath.PathLike) -> Any:
+    path = os.fspath(path)
+    return json.loads(storage.storage_for(path).read_bytes(path))

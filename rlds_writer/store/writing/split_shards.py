@@ -1,0 +1,165 @@
+"""The shards a `DatasetWriter` writes, per split, and the listing it commits.
+
+Each split has closed shards (listed in `dataset_info.json`) and at most one
+open shard, which takes each encoded episode and hands it to the OS at once.
+A shard rotates when it holds `max_episodes_per_file` episodes; a commit
+closes every open shard that holds a record and replaces `dataset_info.json`
+atomically, so a listed shard never grows and a reader (TFDS checks each
+shard's count) loads exactly what is listed. array_record has no other way
+anyway: its writer cannot flush an open file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from rlds_writer.store.dataset import json_values, layout
+from rlds_writer.store.formats import shards
+from rlds_writer.store.formats.shard_format import ShardWriter
+from rlds_writer.store.storage import file_io
+from rlds_writer.store.writing.dataset_setup import Listing, Prepared
+
+if TYPE_CHECKING:
+    from etils import epath
+
+_log = logging.getLogger(__name__)
+
+
+def open_shard(path: epath.Path, file_format: str, fsync: bool) -> ShardWriter:
+    """Opens a new shard file. A seam for fault-injection tests."""
+    return shards.open_writer(path, file_format, fsync)
+
+
+class _SplitState:
+    """Shards of one split: the closed ones and the open one."""
+
+    def __init__(self, name: str, lengths: list[int], num_bytes: int):
+        self.name = name
+        self.lengths = list(lengths)
+        self.num_bytes = num_bytes
+        self.shard: ShardWriter | None = None
+
+    def committed(self) -> tuple[list[int], int]:
+        """The closed shards: the only ones ever listed (a listed shard never grows)."""
+        return list(self.lengths), self.num_bytes
+
+
+class SplitShards:
+    """The shards of every split of one dataset directory, as one writer writes them.
+
+    Args:
+      path: the dataset directory.
+      name: the dataset name (in shard names).
+      file_format: the shard format.
+      fsync: `fsync` shards at each episode and dataset_info.json at each commit.
+      max_episodes_per_file: episodes per shard before it rotates.
+      prepared: the directory as `dataset_setup.prepare_directory` left it; what
+        it left to write (the first listing, `metadata.json`) is written here.
+    """
+
+    def __init__(
+        self,
+        path: epath.Path,
+        name: str,
+        file_format: str,
+        fsync: bool,
+        max_episodes_per_file: int,
+        prepared: Prepared,
+    ):
+        self.path = path
+        self.name = name
+        self.file_format = file_format
+        self.fsync = fsync
+        self.max_episodes_per_file = max_episodes_per_file
+        self._info_json = prepared.info_json
+        self._templates = prepared.templates
+        self._splits = {
+            split: _SplitState(split, lengths, nbytes)
+            for split, (lengths, nbytes) in prepared.splits.items()
+        }
+        if prepared.first_commit is not None:
+            self.commit_listing(prepared.first_commit)
+        if prepared.write_metadata:
+            self.write_metadata(prepared.metadata)
+
+    def append(self, split: str, parts: Any, length: int) -> None:
+        """Writes one encoded episode to `split`'s open shard (opening one) and hands
+        it to the OS; `rotate_if_full` next."""
+        state = self._splits.get(split)
+        if state is None:
+            state = self._splits[split] = _SplitState(split, [], 0)
+        if state.shard is None:
+            index = len(state.lengths)
+            path = self.path / self._template(split).filename(index, 0)
+            state.shard = open_shard(path, self.file_format, self.fsync)
+            if hasattr(state.shard, "max_records"):  # a shard that plans by it (tfrecord)
+                state.shard.max_records = self.max_episodes_per_file
+        state.shard.write(parts, length)
+        state.shard.flush()
+
+    def rotate_if_full(self, split: str) -> None:
+        """Closes `split`'s open shard if it holds `max_episodes_per_file` episodes."""
+        state = self._splits[split]
+        if state.shard is not None and state.shard.num_records >= self.max_episodes_per_file:
+            self._rotate(state)
+
+    def listing(self) -> Listing:
+        """Split name -> (shard lengths, bytes) of the closed shards."""
+        return {name: state.committed() for name, state in self._splits.items()}
+
+    def commit(self) -> None:
+        """Closes the open shards that hold a record and lists every closed shard."""
+        for state in self._splits.values():
+            if state.shard is not None and state.shard.num_records:
+                self._rotate(state)
+        self.commit_listing(self.listing())
+
+    def finish(self) -> None:
+        """Closes every open shard and commits."""
+        for state in self._splits.values():
+            if state.shard is not None:
+                self._rotate(state)
+        self.commit_listing(self.listing())
+
+    def commit_listing(self, splits: Mapping[str, tuple[list[int], int]]) -> None:
+        """Replaces dataset_info.json (atomically) with `splits` listed."""
+        info = layout.with_splits(self._info_json, splits, self._templates)
+        file_io.atomic_write_text(
+            self.path / layout.DATASET_INFO, json_values.dumps_info(info), fsync=self.fsync
+        )
+
+    def write_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Replaces metadata.json (atomically)."""
+        file_io.atomic_write_text(
+            self.path / layout.METADATA, json.dumps(metadata, indent=2), fsync=self.fsync
+        )
+
+    def close_after_failure(self) -> None:
+        """Closes the open shards, best effort, so that their complete records reach
+        the OS; `dataset_info.json` is left to `recover`."""
+        for state in self._splits.values():
+            shard, state.shard = state.shard, None
+            if shard is not None:
+                try:
+                    shard.close()
+                except Exception as e:  # noqa: BLE001 - the first error is the one raised
+                    _log.error("closing %s after the failure failed too: %r", shard.path, e)
+
+    def _template(self, split: str) -> layout.ShardTemplate:
+        """How `split`'s shards are named: the dataset's template, or ours for a new split."""
+        template = self._templates.get(split)
+        if template is None:
+            template = self._templates[split] = layout.ShardTemplate(
+                layout.FILEPATH_TEMPLATE, self.name, split, self.file_format
+            )
+        return template
+
+    def _rotate(self, state: _SplitState) -> None:
+        shard = state.shard
+        state.shard = None
+        shard.close()
+        state.lengths.append(shard.num_records)
+        state.num_bytes += shard.num_bytes

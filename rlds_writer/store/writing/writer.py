@@ -1,0 +1,417 @@
+"""`DatasetWriter`: finished episodes in, TFDS shards and dataset_info.json out.
+
+The recorder hands finished `Episode`s to `write`. Short episodes are written
+by the calling thread when the writer thread is idle; others go through a
+queue bounded in count and bytes to one background thread. Each record is
+encoded, appended to the open shard of its split and handed to the OS at once
+(per-episode durability). Every `commit_interval` seconds (and at `flush` and
+`close`) the open shards are closed and `dataset_info.json` lists them
+(`split_shards.py`); commits follow the clock, not rotations, so their cost
+per episode stays flat however many shards there are. The env loop
+only waits when the queue is full. An error in the thread is raised to the
+caller at the next call and at `close()`; it is never swallowed.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from rlds_writer.errors import WriterClosedError, WriterFailedError
+from rlds_writer.store.dataset import json_values, layout
+from rlds_writer.store.dataset.locking import DirectoryLock
+from rlds_writer.store.episodes.episode_data import Episode
+from rlds_writer.store.features import field_specs
+from rlds_writer.store.formats import shards
+from rlds_writer.store.storage.object_path import as_path
+from rlds_writer.store.writing import dataset_setup, encoding, exit_close
+from rlds_writer.store.writing.split_shards import SplitShards
+
+if TYPE_CHECKING:
+    from etils import epath
+
+_log = logging.getLogger(__name__)
+
+# The default shard format is loaded with the writer's module, as envlogger's
+# Riegeli is with `import envlogger`: a first recording does not pay the import.
+shards.adapter(layout.DEFAULT_FILE_FORMAT)
+
+# Seconds the writer thread waits for more episodes after draining its queue.
+_BATCH_DELAY = 0.005
+# Only after episodes smaller than this: large ones keep the writer busy anyway.
+_BATCH_BELOW = 1 << 20
+# Episodes smaller than this are written by the caller when the writer is idle.
+_INLINE_BELOW = 256 << 10
+
+
+# Queue items other than `(split, episode)`: objects, so that no split name is one.
+_FLUSH = object()
+_CLOSE = object()
+_STOP = object()  # ends the thread; the closing caller finishes the shards
+
+
+class DatasetWriter:
+    """Writes finished episodes into an RLDS dataset in TFDS format.
+
+    Args:
+      data_directory: the dataset directory (local, or an fsspec URL such as `s3://...`).
+        Created if missing.
+      ds_config: a `tfds.rlds.rlds_base.DatasetConfig` describing the features
+        (or `record.config.RecordingConfig`: the same fields, without TFDS).
+      name: dataset name used in shard file names; defaults to `ds_config.name`.
+      version: dataset version, `MAJOR.MINOR.PATCH`.
+      split: the default split for `write`.
+      max_episodes_per_file: episodes per shard before rotating to a new file.
+      file_format: `tfrecord` or `array_record`.
+      mode: what to do if the directory already holds a dataset: `error`
+        (default), `append` (recover, then continue the shard sequence) or
+        `overwrite` (delete its files first).
+      metadata: dataset-level metadata for `metadata.json` (made JSON-safe).
+        None writes no `metadata.json`.
+      fsync: `fsync` shard files at each episode and `dataset_info.json` at each
+        commit, for power-loss durability (costs one disk sync per episode).
+      queue_size: finished episodes that may wait for the writer thread before
+        `write` blocks (backpressure).
+      max_queue_bytes: the same bound in bytes of episode data; `write`
+        blocks while more than this waits (one episode always fits).
+      commit_interval: seconds between commits while episodes arrive: readers
+        see episodes at most this old; each commit closes the open shards, so
+        a shard also holds at most this many seconds of recording.
+      image_workers: processes that encode PNG/JPEG frames in parallel
+        (threads where processes cannot run); 0 encodes on the writer thread.
+
+    Raises:
+      SpecError: `version` is not MAJOR.MINOR.PATCH, or a feature cannot be written.
+      DatasetExistsError: the directory holds a dataset and mode is `error`.
+      IncompatibleDatasetError: mode is `append` and the existing dataset has
+        other features, another name or another file format.
+      LockedError: another live writer holds the directory.
+    """
+
+    def __init__(
+        self,
+        data_directory: epath.PathLike,
+        ds_config: Any,
+        *,
+        name: str | None = None,
+        version: str = "0.0.1",
+        split: str = "train",
+        max_episodes_per_file: int = 1000,
+        file_format: str = layout.DEFAULT_FILE_FORMAT,
+        mode: str = "error",
+        metadata: Mapping[str, Any] | None = None,
+        fsync: bool = False,
+        queue_size: int = 64,
+        max_queue_bytes: int = 64 << 20,
+        commit_interval: float = 10.0,
+        image_workers: int = 2,
+    ):
+        # Loaded now, not at the first episode: a format that cannot load fails here,
+        # and the first episode's end does not pay the import.
+        shards.adapter(file_format)
+        if max_episodes_per_file < 1:
+            raise ValueError(f"max_episodes_per_file must be >= 1, got {max_episodes_per_file}")
+        self.path = as_path(data_directory)
+        self.name = name or getattr(ds_config, "name", None) or "rlds_dataset"
+        self.version = version
+        self.default_split = split
+        self.file_format = file_format
+        self.max_episodes_per_file = max_episodes_per_file
+        self.fsync = fsync
+        self.commit_interval = commit_interval
+        self._metadata = json_values.jsonable(dict(metadata)) if metadata is not None else None
+
+        self.info = dataset_setup.describe_dataset(
+            ds_config, self.name, version, self.path, self._metadata, file_format
+        )
+        self.features = self.info.features
+        self.encoder = encoding.EpisodeEncoder(self.features, image_workers=image_workers)
+        field_specs.warn_float64(self.encoder.fields)
+        self.queue_size = max(1, queue_size)
+        self.max_queue_bytes = max_queue_bytes
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock = DirectoryLock(self.path)
+        self._lock.acquire()
+        try:
+            prepared = dataset_setup.prepare_directory(
+                self.path,
+                self.info,
+                mode=mode,
+                name=self.name,
+                file_format=file_format,
+                split=split,
+                metadata=self._metadata,
+            )
+            self._metadata = prepared.metadata
+            self._shards = SplitShards(
+                self.path, self.name, file_format, fsync, max_episodes_per_file, prepared
+            )
+        except BaseException:
+            self._lock.release()
+            self.encoder.close()
+            raise
+
+        self.episodes_written = 0
+        self.steps_written = 0
+        self.bytes_written = 0
+        self._error: BaseException | None = None
+        self._closed = False
+        # Unbounded queue; episodes are admitted against a count and byte budget
+        # so that small episodes never make the env thread wait on the writer.
+        self._queue: queue.Queue = queue.Queue()
+        self._budget = threading.Condition()
+        self._queued_count = 0
+        self._queued_bytes = 0
+        self._waiting: Episode | None = None  # an episode `write` is holding until admitted
+        # Held by whichever thread touches the shards (the writer thread, or the
+        # caller writing a small episode inline); fsync'ing writers never write
+        # inline, so the env loop never waits on the disk.
+        self._io_lock = threading.Lock()
+        self._inline = not fsync
+        self._last_commit = time.monotonic()
+        self._dirty = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"rlds_writer[{self.path.name}]", daemon=True
+        )
+        self._thread.start()
+        exit_close.close_writer_at_exit(self)
+
+    # ---------------------------------------------------------------- public
+
+    def write(self, episode: Episode, split: str | None = None) -> None:
+        """Queues a finished episode; blocks only while the queue is full.
+
+        Raises:
+          WriterFailedError: if the writer thread failed earlier.
+          WriterClosedError: if the writer is closed.
+        """
+        if self._error is not None or self._closed:
+            self._check()
+        split = split or self.default_split
+        size = episode.nbytes
+        # `not queue.queue` reads the deque without the queue's lock (`empty()`
+        # takes it); under the GIL the read is whole, and it is repeated below.
+        if (
+            self._inline
+            and size < _INLINE_BELOW
+            and not self._queue.queue
+            and self._io_lock.acquire(blocking=False)
+        ):
+            # The writer thread is idle and the episode is small: writing it
+            # here costs less than handing it over (the two threads would trade
+            # the GIL for every short episode). Order is kept: nothing is queued.
+            try:
+                if not self._queue.queue:
+                    self._write_inline(split, episode)
+                    return
+            finally:
+                self._io_lock.release()
+        with self._budget:
+            # Seen by the writer thread, which starts on its frames early.
+            self._waiting = episode
+            try:
+                while self._queued_count and (
+                    self._queued_count >= self.queue_size
+                    or self._queued_bytes + size > self.max_queue_bytes
+                ):
+                    self._budget.wait(0.2)
+                    self._check()
+                self._queued_count += 1
+                self._queued_bytes += size
+                self._queue.put((split, episode))
+            finally:
+                self._waiting = None
+
+    def _write_inline(self, split: str, episode: Episode) -> None:
+        try:
+            self._write_episode(split, episode, commit=False)
+        except BaseException as e:
+            _log.error("rlds_writer failed writing %s: %r", self.path, e)
+            self._error = e
+            self._check()
+
+    def _admitted_done(self, episode: Episode) -> None:
+        with self._budget:
+            self._queued_count -= 1
+            self._queued_bytes -= episode.nbytes
+            self._budget.notify_all()
+
+    def flush(self) -> None:
+        """Blocks until every queued episode is written and handed to the OS,
+        and `dataset_info.json` lists it.
+
+        Raises:
+          WriterFailedError: if the writer thread failed.
+        """
+        self._check()
+        done = threading.Event()
+        self._queue.put((_FLUSH, done))
+        while not done.wait(0.2):
+            if not self._thread.is_alive():
+                break
+        self._check()
+
+    def close(self) -> None:
+        """Writes everything queued, closes the shards, commits and unlocks.
+
+        Idempotent. Raises the writer thread's error if it failed.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        exit_close.closed(self)
+        if self._thread.is_alive():
+            if not self._queue.queue and self._waiting is None:
+                # Nothing queued: the shards are finished here while the thread
+                # wakes up and ends, not after its wake-up (0.1-0.2 ms a close).
+                self._queue.put((_STOP, None))
+                with self._io_lock:
+                    self._end()
+            else:
+                self._queue.put((_CLOSE, None))  # the join below waits for it
+            self._thread.join()
+        self.encoder.close()
+        self._lock.release()
+        if self._error is not None:
+            raise WriterFailedError(
+                f"writing {self.path} failed: {self._error!r}; episodes written before the "
+                "failure are on disk (run rlds_writer.recover on the directory)"
+            ) from self._error
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The dataset-level metadata (`metadata.json`), with earlier runs' keys on append."""
+        return dict(self._metadata or {})
+
+    def set_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Replaces `metadata.json` (atomically) with JSON-safe `metadata`."""
+        self._metadata = json_values.jsonable(dict(metadata))
+        self._shards.write_metadata(self._metadata)
+
+    def __enter__(self) -> DatasetWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def splits(self) -> dict[str, tuple[list[int], int]]:
+        """Split name -> (shard lengths, bytes) as last committed or in progress."""
+        return self._shards.listing()
+
+    # ---------------------------------------------------------------- thread
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise WriterFailedError(
+                f"the writer thread of {self.path} failed: {self._error!r}"
+            ) from self._error
+        if self._closed:
+            raise WriterClosedError(f"the writer of {self.path} is closed")
+
+    def _run(self) -> None:
+        while True:
+            timeout = max(0.05, self.commit_interval - (time.monotonic() - self._last_commit))
+            try:
+                item = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                with self._io_lock:
+                    self._guarded(self._commit_if_dirty)
+                continue
+            if item[0] is _STOP:
+                return
+            with self._io_lock:
+                done = self._process(item)
+            if done:
+                return
+            if (
+                self._queue.empty()
+                and item[0] not in (_FLUSH, _CLOSE)
+                and item[1].nbytes < _BATCH_BELOW
+            ):
+                # Let the next short episodes gather: one wake-up per batch
+                # instead of one per episode keeps the env thread and this one
+                # from trading the GIL back and forth.
+                time.sleep(_BATCH_DELAY)
+
+    def _process(self, item: tuple[str, Any]) -> bool:
+        """Handles one queued item (holding the I/O lock); True ends the thread."""
+        kind, payload = item
+        if kind == _CLOSE:
+            self._end()
+            return True
+        if kind == _FLUSH:
+            self._guarded(self._commit)
+            payload.set()
+            return False
+        if self._error is None:
+            self._guarded(functools.partial(self._write_episode, kind, payload))
+        self._admitted_done(payload)
+        return False
+
+    def _guarded(self, fn: Any) -> None:
+        if self._error is not None:
+            return
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001
+            _log.error("rlds_writer thread for %s failed: %r", self.path, e)
+            self._error = e
+
+    def _upcoming_columns(self) -> dict[str, Any] | None:
+        """The columns of the episode that will be written next, if it is already finished."""
+        with self._queue.mutex:
+            for kind, payload in self._queue.queue:
+                if kind not in (_FLUSH, _CLOSE, _STOP):
+                    return payload.columns
+        waiting = self._waiting
+        return waiting.columns if waiting is not None else None
+
+    def _write_episode(self, split: str, episode: Episode, commit: bool = True) -> None:
+        parts, length = self.encoder.encode_parts(
+            episode.columns,
+            episode.episode_values,
+            upcoming=self._upcoming_columns,
+        )
+        self._shards.append(split, parts, length)
+        del parts
+        episode.release()
+        self.episodes_written += 1
+        self.steps_written += episode.num_steps
+        self.bytes_written += length
+        self._dirty = True
+        self._shards.rotate_if_full(split)
+        # Commits follow the clock, not rotations: their cost (O(shards) of JSON)
+        # stays flat per episode however small the shards are. An episode written
+        # inline leaves the commit to the writer thread, which wakes for it on
+        # the same clock: the env thread never writes dataset_info.json.
+        if commit and time.monotonic() - self._last_commit >= self.commit_interval:
+            self._commit()
+
+    def _end(self) -> None:
+        """Closes the shards and makes the last commit (holding the I/O lock)."""
+        if self._error is not None:
+            self._shards.close_after_failure()
+        self._guarded(self._finish)
+
+    def _finish(self) -> None:
+        self._shards.finish()
+        self._committed()
+
+    def _commit_if_dirty(self) -> None:
+        if self._dirty:
+            self._commit()
+
+    def _commit(self) -> None:
+        self._shards.commit()
+        self._committed()
+
+    def _committed(self) -> None:
+        self._last_commit = time.monotonic()
+        self._dirty = False

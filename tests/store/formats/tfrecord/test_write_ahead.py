@@ -1,0 +1,358 @@
+"""Small records go into zeros written ahead of them; nothing else changes.
+
+A tfrecord shard holding `WRITE_AHEAD_FROM` bytes writes zeros past its next
+record, so the record lands in page-cache pages that exist already. While the
+shard is open the zeros sit after its last record; `close` cuts them, so a
+closed (listed) shard is byte for byte what it would be without them. A
+process killed meanwhile leaves them, or a record torn into them, as its
+crash tail: the scan names it and `recover` cuts it, keeping every record.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from etils import epath
+from helpers_core import load_episodes
+
+import rlds_writer
+from rlds_writer.envs import Catch
+from rlds_writer.store.formats.tfrecord import tfrecord, tfrecord_shards, write_ahead
+
+PAGE = 4096
+
+
+@pytest.fixture(params=["thread", "here"])
+def zeros_on(request, monkeypatch):
+    """Zeros written by the C extension's thread, or on the recording thread."""
+    if request.param == "thread" and write_ahead.zero_ahead_type() is None:
+        pytest.skip("the _zero_ahead extension is not built")
+    if request.param == "here":
+        monkeypatch.setattr(write_ahead, "ZeroAhead", None)
+    return request.param
+
+
+def _child_exits_cleanly(pid: int, timeout: float = 30.0) -> None:
+    """Waits for a forked child (killing it past `timeout`); it must exit with 0."""
+    deadline = time.monotonic() + timeout
+    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            raise AssertionError("the forked child hung")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
+def _wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+def _record(directory, episodes: int, **kwargs) -> None:
+    with rlds_writer.EnvLogger(
+        Catch(rows=40, seed=0), data_directory=os.fspath(directory), **kwargs
+    ) as env:
+        for _ in range(episodes):
+            timestep = env.reset()
+            while not timestep.last():
+                timestep = env.step(1)
+
+
+def _shards(directory) -> dict[str, bytes]:
+    return {
+        p.name: p.read_bytes() for p in epath.Path(directory).iterdir() if ".tfrecord-" in p.name
+    }
+
+
+def _zeros_at_each_cut(monkeypatch) -> list[int]:
+    """The bytes of zeros each shard held past its records when it was closed."""
+    zeros_cut: list[int] = []
+    real_cut = write_ahead.WriteAhead.cut
+
+    def cut(self, end):
+        zeros_cut.append(os.fstat(self._fd).st_size - end)
+        real_cut(self, end)
+
+    monkeypatch.setattr(write_ahead.WriteAhead, "cut", cut)
+    return zeros_cut
+
+
+def _records_end(path) -> int:
+    return tfrecord.scan(path).kept_end
+
+
+def test_an_open_shard_has_zeros_after_its_records_and_close_cuts_them(tmp_path, zeros_on):
+    path = tmp_path / "shard.tfrecord"
+    writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
+    record = b"\x0a" + bytes(range(256)) * 40  # 10 KB
+    frame = len(record) + tfrecord.FRAMING
+    sizes = []
+    for _ in range(20):
+        writer.write(record)
+        sizes.append(os.path.getsize(path))
+    written = 20 * frame
+    # Nothing ahead before the shard held WRITE_AHEAD_FROM bytes.
+    first = write_ahead.WRITE_AHEAD_FROM // frame + 1
+    assert sizes[:first] == [(i + 1) * frame for i in range(first)]
+    _wait_for(lambda: os.path.getsize(path) > written)  # zeros ahead of the next record
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        f.seek(written)
+        assert f.read().count(0) == size - written
+    writer.close()
+    assert os.path.getsize(path) == written
+    assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 20
+
+
+def test_a_recording_with_zeros_written_ahead_is_byte_identical_and_loads(
+    tmp_path, monkeypatch, zeros_on
+):
+    zeros_cut = _zeros_at_each_cut(monkeypatch)
+    _record(tmp_path / "ahead", 120)
+    assert max(zeros_cut) > 0
+    monkeypatch.setattr(write_ahead, "WRITE_AHEAD_FROM", 1 << 62)
+    _record(tmp_path / "plain", 120)
+    ahead, plain = _shards(tmp_path / "ahead"), _shards(tmp_path / "plain")
+    assert ahead == plain
+    assert len(load_episodes(tmp_path / "ahead", "train")) == 120
+
+
+def test_nothing_is_written_ahead_with_fsync_or_for_large_records(tmp_path):
+    for name, record, fsync in (
+        ("fsync", b"\x0a" + bytes(2000), True),
+        ("large", b"\x0a" + bytes(write_ahead.WRITE_AHEAD_RECORD), False),
+    ):
+        path = tmp_path / name
+        writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path), fsync=fsync)
+        for i in range(60):
+            writer.write(record)
+            assert os.path.getsize(path) == (i + 1) * (len(record) + tfrecord.FRAMING), name
+        writer.close()
+
+
+def _frames(n: int, size: int = 3000) -> bytes:
+    return b"".join(tfrecord.frame(b"\x0a" + bytes([i]) * size) for i in range(n))
+
+
+def test_the_scan_reads_zeros_after_the_last_record_as_the_tail_a_kill_leaves(tmp_path):
+    path = tmp_path / "shard"
+    path.write_bytes(_frames(3) + bytes(70_000))
+    scan = tfrecord.scan(path, resync=True)
+    assert len(scan.spans) == 3 and not scan.dropped
+    assert (scan.tail_problem, scan.tail_offset) == (tfrecord.ZEROS_AHEAD, len(_frames(3)))
+
+
+def test_the_scan_reads_a_record_torn_into_zeros_as_the_tail_a_kill_leaves(tmp_path):
+    path = tmp_path / "shard"
+    torn = tfrecord.frame(b"\x0a" + b"\x07" * 9000)
+    path.write_bytes(_frames(3) + torn[:PAGE] + bytes(70_000))
+    scan = tfrecord.scan(path, resync=True)
+    assert len(scan.spans) == 3 and not scan.dropped
+    assert (scan.tail_problem, scan.tail_offset) == (tfrecord.TORN_INTO_ZEROS, len(_frames(3)))
+
+
+def test_damage_followed_by_anything_but_zeros_is_still_damage(tmp_path):
+    # A bad record in the middle, and a bad last record with no zeros after it.
+    good = _frames(2)
+    bad = bytearray(tfrecord.frame(b"\x0a" + b"\x05" * 3000))
+    bad[100] ^= 1
+    for data, dropped_at in (
+        (good + bytes(bad) + good, len(good)),
+        (good + bytes(bad), len(good)),
+        (good + bytes(bad) + bytes(5) + b"\x01", len(good)),
+    ):
+        path = tmp_path / "shard"
+        path.write_bytes(data)
+        scan = tfrecord.scan(path, resync=True)
+        assert [offset for offset, _, _ in scan.dropped] == [dropped_at]
+        assert scan.tail_problem not in tfrecord.CRASH_TAILS
+
+
+def _kill_after(directory, episodes: int) -> None:
+    """Records `episodes` episodes in a child process, then kills it with SIGKILL."""
+    code = textwrap.dedent(
+        f"""
+        import os, sys, time
+        import rlds_writer
+        from rlds_writer.envs import Catch
+        env = rlds_writer.EnvLogger(
+            Catch(rows=40, seed=0), data_directory={os.fspath(directory)!r},
+            commit_interval=3600,
+        )
+        for _ in range({episodes}):
+            timestep = env.reset()
+            while not timestep.last():
+                timestep = env.step(1)
+        print("recorded", flush=True)
+        time.sleep(120)
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "recorded"
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        child.kill()
+
+
+def test_a_writer_killed_with_zeros_ahead_loses_no_episode_and_recover_cuts_the_zeros(tmp_path):
+    directory = tmp_path / "ds"
+    _kill_after(directory, 60)
+    (shard,) = [p for p in directory.iterdir() if ".tfrecord-" in p.name]
+    end = _records_end(shard)
+    assert os.path.getsize(shard) > end  # the kill left the zeros
+    report = rlds_writer.recover(directory)
+    (shard_report,) = report.shards
+    assert "truncated" in shard_report.actions
+    assert any(tfrecord.ZEROS_AHEAD in line for line in shard_report.detail)
+    assert os.path.getsize(shard) == end
+    assert not [p for p in directory.iterdir() if p.name.startswith(".corrupt-")]
+    assert len(load_episodes(directory, "train")) == 60
+    assert not rlds_writer.recover(directory).changed
+
+
+@pytest.fixture
+def small_disk(tmpfs):
+    return tmpfs("2m")
+
+
+def test_a_disk_too_full_for_the_zeros_stops_writing_ahead_and_loses_nothing(small_disk, zeros_on):
+    filler = small_disk / "filler"
+    with open(filler, "wb") as f:
+        f.write(bytes(2 * 1024 * 1024 - 40 * PAGE))
+    path = small_disk / "shard"
+    writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
+    record = b"\x0a" + bytes(range(256)) * 40
+    frame = len(record) + tfrecord.FRAMING
+    for _ in range(10):  # past WRITE_AHEAD_FROM: the zeros fill the disk
+        writer.write(record)
+    if zeros_on == "thread":
+        _wait_for(lambda: os.statvfs(small_disk).f_bavail == 0)
+        for _ in range(4):  # records into the zeros: the thread wants more, and fails
+            writer.write(record)
+        time.sleep(0.1)
+    os.truncate(filler, 0)  # room for the records, which go past the zeros
+    while writer.num_records < 30:
+        writer.write(record)
+    assert writer._check_at == write_ahead.NEVER  # writing ahead stopped at the failure
+    writer.close()
+    assert os.path.getsize(path) == 30 * frame
+    assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 30
+
+
+@pytest.mark.skipif(
+    write_ahead.zero_ahead_type() is None, reason="the _zero_ahead extension is not built"
+)
+def test_the_thread_never_writes_zeros_over_a_record_that_outran_them(tmp_path):
+    # Records of up to 600 KB written as fast as possible: they often end past
+    # the zeros (1 MiB ahead at most), so each claims its bytes from the thread.
+    rng = random.Random(0)
+    path = tmp_path / "file"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    expected = bytearray()
+    zeros = write_ahead.zero_ahead_type()(fd, 0, 1 << 20)
+    check_at = 0
+    for i in range(400):
+        record = bytes([i % 251 + 1]) * rng.randint(1, 600_000)
+        end = len(expected) + len(record)
+        if end > check_at:
+            check_at = zeros.advance(end)
+        assert os.write(fd, record) == len(record)
+        expected += record
+    zeros.close()
+    size = os.path.getsize(path)
+    os.close(fd)
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[: len(expected)] == expected  # no record byte became a zero
+    assert data[len(expected) :].count(0) == size - len(expected)
+    time.sleep(0.1)  # and nothing is written once close() returned
+    assert os.path.getsize(path) == size
+
+
+@pytest.mark.skipif(
+    write_ahead.zero_ahead_type() is None, reason="the _zero_ahead extension is not built"
+)
+def test_a_forked_child_gets_an_error_from_the_thread_it_does_not_have(tmp_path):
+    fd = os.open(tmp_path / "file", os.O_WRONLY | os.O_CREAT, 0o644)
+    zeros = write_ahead.zero_ahead_type()(fd, 0, 1 << 20)
+    pid = os.fork()
+    if pid == 0:  # the child: no thread; neither call may wait for its mutex
+        try:
+            zeros.advance(10)
+        except ValueError:
+            zeros.close()
+            os._exit(0)
+        os._exit(1)
+    _child_exits_cleanly(pid)
+    zeros.close()
+    os.close(fd)
+
+
+def test_a_listed_shard_with_a_record_followed_by_zeros_is_kept_aside_not_cut(tmp_path):
+    # The writer cuts its zeros before it lists a shard: in a listed one they
+    # are damage, kept as a .corrupt- copy while the good records are kept.
+    directory = tmp_path / "ds"
+    _record(directory, 3)
+    (shard,) = [p for p in directory.iterdir() if ".tfrecord-" in p.name]
+    torn = tfrecord.frame(b"\x0a" + b"\x07" * 9000)
+    with open(shard, "ab") as f:
+        f.write(torn[:PAGE] + bytes(20_000))
+    report = rlds_writer.recover(directory)
+    (shard_report,) = report.shards
+    assert "rewritten" in shard_report.actions, shard_report
+    assert [p for p in directory.iterdir() if p.name.startswith(".corrupt-")]
+    assert len(load_episodes(directory, "train")) == 3
+
+
+@pytest.mark.skipif(
+    write_ahead.zero_ahead_type() is None, reason="the _zero_ahead extension is not built"
+)
+def test_a_forked_child_leaves_its_parents_zeros_to_the_parent(tmp_path):
+    path = tmp_path / "shard.tfrecord"
+    writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
+    record = b"\x0a" + bytes(range(256)) * 40
+    for _ in range(10):
+        writer.write(record)
+    written = 10 * (len(record) + tfrecord.FRAMING)
+    _wait_for(lambda: os.path.getsize(path) > written)
+    pid = os.fork()
+    if pid == 0:  # the child: neither the thread nor the zeros are its own
+        ahead = writer._ahead
+        status = 0 if ahead.before(written, written + 100) == write_ahead.NEVER else 1
+        ahead.cut(written)
+        os._exit(status)
+    _child_exits_cleanly(pid)
+    assert os.path.getsize(path) > written  # the parent's zeros are still there
+    writer.write(record)
+    writer.close()
+    assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 11
+
+
+def test_a_shard_that_will_take_few_more_records_writes_nothing_ahead(tmp_path, monkeypatch):
+    # Starting the thread and cutting the zeros cost what about 10 small
+    # records gain: a shard of a few episodes never writes ahead.
+    record = b"\x0a" + bytes(range(256)) * 40
+    frame = len(record) + tfrecord.FRAMING
+    path = tmp_path / "shard"
+    writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
+    writer.max_records = 15  # what the dataset writer says (`max_episodes_per_file`)
+    for i in range(15):
+        writer.write(record)
+        assert os.path.getsize(path) == (i + 1) * frame
+    writer.close()
+    # Through the dataset writer: shards of 12 episodes of about 32 KB.
+    zeros_cut = _zeros_at_each_cut(monkeypatch)
+    _record(tmp_path / "ds", 36, max_episodes_per_file=12)
+    assert zeros_cut == [0, 0, 0]
+    assert len(load_episodes(tmp_path / "ds", "train")) == 36
