@@ -23,7 +23,7 @@ import numpy as np
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.values import describe
-from rlds_writer.store import field_specs
+from rlds_writer.store.features import field_specs
 
 
 def _module(value: Any) -> str:

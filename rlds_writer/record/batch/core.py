@@ -10,7 +10,7 @@ Every value is a whole batch with a leading env axis (numpy, torch, JAX or
 anything `record.batch.arrays` takes), kept column-wise in a time-major ring
 (`record.batch.ring`): one slice assignment per field per step, no Python
 object per sub-env. An episode is gathered once, when it ends, and handed to
-the `DatasetWriter` as the same `store.episode_data.Episode` the single-env
+the `DatasetWriter` as the same `store.episodes.episode_data.Episode` the single-env
 `Recorder` makes, with the same values, so its record is byte for byte the
 one `RecordRLDS` writes for that sub-env alone. Episodes still open at
 `close()` (or at interpreter exit) are written cut short, as today.
@@ -37,11 +37,11 @@ from rlds_writer.record.batch.ring import (
 )
 from rlds_writer.record.episode import ACTION, DISCOUNT, OBSERVATION, REWARD, StepFields
 from rlds_writer.record.values import cast_value
-from rlds_writer.store import end_reasons, feature_defs, field_specs
-from rlds_writer.store.episode_data import Episode
-from rlds_writer.store.exit_close import close_at_exit
-from rlds_writer.store.object_path import as_path
-from rlds_writer.store.writer import DatasetWriter
+from rlds_writer.store.episodes.episode_data import Episode
+from rlds_writer.store.features import end_reasons, feature_defs, field_specs
+from rlds_writer.store.storage.object_path import as_path
+from rlds_writer.store.writing.exit_close import close_at_exit
+from rlds_writer.store.writing.writer import DatasetWriter
 
 if TYPE_CHECKING:
     from etils import epath

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.store import field_specs
+from rlds_writer.store.features import field_specs
 
 OBSERVATION_LIKE = "observation"  # a head, then one row per transition
 TRANSITION = "transition"  # one row per transition, then the zero of the final step

@@ -29,7 +29,7 @@ from rlds_writer.record import spaces as spaces_lib
 from rlds_writer.record.batch.arrays import host_array
 from rlds_writer.record.batch.core import BatchRecorder
 from rlds_writer.record.gymnasium_recording import action_caster
-from rlds_writer.store.dataset_setup import check_mode
+from rlds_writer.store.writing.dataset_setup import check_mode
 
 NEXT_STEP, SAME_STEP, DISABLED = "NextStep", "SameStep", "Disabled"
 

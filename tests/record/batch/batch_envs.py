@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlds_writer.store import tfrecord
+from rlds_writer.store.formats.tfrecord import tfrecord
 
 
 class Hops(gym.Env):

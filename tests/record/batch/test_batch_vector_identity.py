@@ -14,7 +14,7 @@ import pytest
 from batch_envs import Hops, play_alone, records
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from rlds_writer.record.gymnasium_vector import RecordRLDSVector
+from rlds_writer.record.gymnasium.gymnasium_vector import RecordRLDSVector
 
 N = 5
 SEED = 11

@@ -218,7 +218,7 @@ def _record_batched_and_per_sub_env(tmp_path, make, mode, actions) -> None:
 
 
 def _records(path) -> list[bytes]:
-    from rlds_writer.store import tfrecord
+    from rlds_writer.store.formats.tfrecord import tfrecord
 
     out = []
     for shard in sorted(path.glob("*.tfrecord-*")):
