@@ -183,6 +183,24 @@ def test_import_never_fails_and_using_the_feature_names_the_extra():
             'pip install "rlds_writer[plot]"',
         ),
         (
+            "from rlds_writer.read.ray_data import read_rlds",
+            "ray",
+            "rlds_writer.read.ray_data (reading RLDS with Ray Data) needs ray, which is not "
+            'installed: pip install "rlds_writer[rllib]"',
+        ),
+        (
+            "from rlds_writer.interop.formats.rllib.offline import offline_config",
+            "ray",
+            "rlds_writer.interop.formats.rllib.offline (RLlib offline training) needs ray, which "
+            'is not installed: pip install "rlds_writer[rllib]"',
+        ),
+        (
+            "from rlds_writer.read.torch_data import RLDSIterableDataset",
+            "torch",
+            "rlds_writer.read.torch_data (PyTorch datasets) needs torch, which is not installed: "
+            'pip install "rlds_writer[torch]"',
+        ),
+        (
             "rlds_writer.convert('minari', 'cartpole/x-v0', OUT)",
             "minari",
             "converting Minari datasets needs minari, which is not installed: "
