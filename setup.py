@@ -77,6 +77,8 @@ _EXTRAS["test"] = [
     # tests/object_stores.py: S3 and GCS servers on loopback.
     "moto[server]>=5",
     "gcp-storage-emulator>=2024.8",
+    # tests/view/test_view_browser.py drives Debian's chromium (never a downloaded browser).
+    "selenium>=4.20",
 ]
 
 
@@ -125,6 +127,8 @@ setup(
     license_files=["LICENSE"],
     python_requires=">=3.10",
     packages=find_packages(include=["rlds_writer", "rlds_writer.*"]),
+    # The viewer's page (rlds_writer/view/static): served from the package, nothing from outside.
+    package_data={"rlds_writer.view": ["static/*"]},
     ext_modules=_extensions(),
     install_requires=_CORE,
     extras_require=_EXTRAS,

@@ -13,6 +13,7 @@ passes through (docs/architecture.md):
 - `rlds_writer.store`: the disk format and the dataset writer (`DatasetWriter`);
 - `rlds_writer.read`: the TF-free reading path (`DatasetReader`, torch datasets);
 - `rlds_writer.maintain`: `info`, `validate`, statistics, `show`;
+- `rlds_writer.view`: `rlds-writer view`, the dataset browser in a web page;
 - `rlds_writer.interop`: other formats in (`convert`) and out (`export.export_minari`,
   ..., `to_d3rlpy`);
 - `rlds_writer.errors`: every error class; `rlds_writer.cli`: the `rlds-writer` tool.
@@ -131,6 +132,6 @@ lazy_exports(
     globals(),
     _EXPORTS,
     factories={"DatasetConfig"},
-    submodules=("record", "store", "read", "maintain", "interop", "errors", "envs", "cli"),
+    submodules=("record", "store", "read", "maintain", "view", "interop", "errors", "envs", "cli"),
     moved=_MOVED,
 )

@@ -176,6 +176,18 @@ class EpisodesLostError(RLDSWriterError, RuntimeError):
     """Episodes a recorder's runners finished are missing from the dataset they were bound for."""
 
 
+class ViewerRequestError(RLDSWriterError, ValueError):
+    """A request `rlds-writer view`'s server refuses: no such episode, a bad parameter.
+
+    Attributes:
+      status: the HTTP status the page gets (400, 403, 404, 415, 422), with the message.
+    """
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
 class NotADatasetError(RLDSWriterError, FileNotFoundError):
     """A path given as a dataset is not one (`store.dataset.locate.require_dataset` words it).
 

@@ -109,6 +109,19 @@ def decode_image(data: bytes, leaf: Leaf) -> np.ndarray:
         raise DecodeError(f"{leaf.key}: not a readable {fmt.upper()} ({reason[:120]})") from e
 
 
+def check_image(data: bytes, leaf: Leaf) -> str:
+    """The format of one stored value of `leaf`, `png` or `jpeg`, checked from its header alone.
+
+    The same checks `decode_image` makes before it decodes anything (the
+    format, the size the feature fixes, the per-image limit of open sizes), for
+    callers that hand the stored bytes on (the viewer serves them as they are).
+
+    Raises:
+      DecodeError: not a PNG or JPEG, a size the feature does not hold, or over the limits.
+    """
+    return _header(data, leaf)[0]
+
+
 def _header(data: bytes, leaf: Leaf) -> tuple[str, int, int]:
     """(format, bit depth, decoded bytes) of a value, checked against the feature.
 

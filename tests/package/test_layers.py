@@ -18,8 +18,9 @@ ALLOWED = {
     "read": {"_exports", "errors", "store", "read"},
     "record": {"_exports", "errors", "store", "record"},
     "maintain": {"_exports", "errors", "store", "read", "maintain"},
+    "view": {"_exports", "errors", "store", "read", "maintain", "view"},
     "interop": {"_exports", "errors", "store", "read", "record", "interop"},
-    "cli": {"errors", "store", "read", "record", "maintain", "interop", "cli", "envs"},
+    "cli": {"errors", "store", "read", "record", "maintain", "view", "interop", "cli", "envs"},
     "__main__": {"cli"},
 }
 

@@ -1,0 +1,240 @@
+"""One episode for the player: its frames as stored, its numbers for the plots.
+
+`EpisodeData` parses an episode's record once: each camera's frames stay the
+stored PNG/JPEG bytes (nothing is decoded: the browser decodes the frames it
+shows), the plotted fields, flags and texts are decoded to numpy. The page
+gets the numbers twice: `overview()` for drawing, downsampled to at most
+`MAX_POINTS` points per series (the min and max of each bucket of steps, so
+a spike is never lost), and `steps(start, stop)` exact, for the cursor.
+
+`EpisodeCache` keeps recently used episodes up to a byte budget (at least the
+one in use): the server's memory is bounded by it, not by the dataset.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rlds_writer.read.decode import Decoder
+from rlds_writer.read.images import check_image
+from rlds_writer.read.nest import flatten
+from rlds_writer.store import wire
+from rlds_writer.store.features import Features
+from rlds_writer.view.episode_index import json_number, metadata_value, text_value
+from rlds_writer.view.fields import Layout, field_name
+
+# Steps drawn per series as they are; longer episodes are drawn as bucket envelopes.
+MAX_POINTS = 2000
+BUCKETS = 1000
+# Exact values per `steps` request, and text changes listed per field.
+MAX_STEPS = 1000
+MAX_CHANGES = 2000
+_TYPES = {"png": "image/png", "jpeg": "image/jpeg"}
+
+
+class EpisodeData:
+    """One decoded episode (frames kept encoded).
+
+    Args:
+      record: the episode's record bytes.
+      where: `file, record i`, for errors.
+      features: the dataset's features.
+      fields: what the page shows of them.
+
+    Attributes:
+      length: the number of steps.
+      nbytes: about what it holds in memory.
+    """
+
+    def __init__(self, record: bytes, where: str, features: Features, fields: Layout):
+        self.fields = fields
+        self.where = where
+        located = wire.parse_example(record)
+        self.frames: list[list[bytes]] = []
+        for leaf in fields.cameras:
+            loc = located.get(leaf.key)
+            if loc is None or loc[0] == 0:
+                self.frames.append([])
+                continue
+            wire.expect_list(leaf.key, loc, (wire.BYTES_LIST,))
+            self.frames.append(wire.bytes_list(record, loc[1], loc[2]))
+        leaves = fields.plots + fields.flags + fields.texts + fields.episode_fields
+        decoded = Decoder(Features(leaves=leaves, has_steps=True)).decode(record, where)
+        steps = {"/".join(p): v for p, v in flatten(decoded.get("steps", {}))}
+        self.plots = [
+            np.asarray(steps[field_name(leaf)], np.float64).reshape(
+                len(steps[field_name(leaf)]), -1
+            )
+            for leaf in fields.plots
+        ]
+        self.raw_plots = [np.asarray(steps[field_name(leaf)]) for leaf in fields.plots]
+        self.flags = {
+            field_name(leaf): np.asarray(steps[field_name(leaf)]) for leaf in fields.flags
+        }
+        self.texts = {field_name(leaf): steps[field_name(leaf)] for leaf in fields.texts}
+        self.metadata = {}
+        for leaf in fields.episode_fields:
+            value = decoded
+            for part in leaf.path:
+                value = value[part]
+            self.metadata[field_name(leaf)] = metadata_value(leaf, value, limit=256)
+        counts = [len(c) for c in self.frames] + [len(c) for c in self.plots]
+        counts += [len(c) for c in self.flags.values()] + [len(c) for c in self.texts.values()]
+        if not counts:
+            counts = [Decoder(features).num_steps(record, where)]
+        self.length = max(counts)
+        self.nbytes = sum(len(f) for frames in self.frames for f in frames)
+        self.nbytes += sum(a.nbytes * 2 for a in self.plots) + 1024 * len(self.texts)
+        self._formats: dict[tuple[int, int], str] = {}
+
+    def overview(self) -> dict[str, Any]:
+        """The episode for the page: length, plots (downsampled), flags, texts, metadata."""
+        return {
+            "length": self.length,
+            "cameras": [
+                {"id": i, "name": field_name(leaf), "frames": len(self.frames[i])}
+                for i, leaf in enumerate(self.fields.cameras)
+            ],
+            "plots": [
+                {"id": i, "name": field_name(leaf), **_downsample(values)}
+                for i, (leaf, values) in enumerate(zip(self.fields.plots, self.plots))
+            ],
+            "flags": {
+                name: np.flatnonzero(values.reshape(len(values), -1).any(axis=1))[
+                    :MAX_CHANGES
+                ].tolist()
+                for name, values in self.flags.items()
+            },
+            "texts": {name: _changes(values) for name, values in self.texts.items()},
+            "metadata": self.metadata,
+        }
+
+    def steps(self, start: int, stop: int) -> dict[str, Any]:
+        """Exact values of steps [start, stop) (at most `MAX_STEPS`) of every shown field."""
+        start = max(0, min(start, self.length))
+        stop = max(start, min(stop, self.length, start + MAX_STEPS))
+        return {
+            "start": start,
+            "stop": stop,
+            "plots": [
+                [
+                    [json_number(v) for v in row]
+                    for row in raw[start:stop].reshape(stop - start, int(np.prod(raw.shape[1:])))
+                ]
+                for raw in self.raw_plots
+            ],
+            "flags": {
+                name: [bool(np.any(v)) for v in values[start:stop]]
+                for name, values in self.flags.items()
+            },
+            "texts": {
+                name: [text_value(v, 10_000) for v in values[start:stop]]
+                for name, values in self.texts.items()
+            },
+        }
+
+    def frame(self, camera: int, step: int) -> tuple[bytes, str]:
+        """The stored bytes of a camera's frame and their media type.
+
+        Raises:
+          IndexError: no such camera or step.
+          DecodeError: the stored value is not a PNG or JPEG the feature holds
+            (checked from its header, with the reader's limits).
+        """
+        frames = self.frames[camera]
+        data = frames[step]
+        key = (camera, step)
+        fmt = self._formats.get(key)
+        if fmt is None:
+            fmt = check_image(data, self.fields.cameras[camera])
+            self._formats[key] = fmt
+        return data, _TYPES[fmt]
+
+
+def _finite(values: np.ndarray) -> list[Any]:
+    return [float(v) if math.isfinite(v) else None for v in values.tolist()]
+
+
+def _downsample(values: np.ndarray) -> dict[str, Any]:
+    """A field's series for drawing: exact up to `MAX_POINTS` steps, else bucket min/max."""
+    n = len(values)
+    if n <= MAX_POINTS:
+        return {"bucket": 1, "values": [_finite(values[:, s]) for s in range(values.shape[1])]}
+    bucket = -(-n // BUCKETS)
+    count = -(-n // bucket)
+    padded = np.full((count * bucket, values.shape[1]), np.nan)
+    padded[:n] = np.where(np.isfinite(values), values, np.nan)
+    groups = padded.reshape(count, bucket, values.shape[1])
+    with warnings.catch_warnings():  # an all-NaN bucket is a gap, not a warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        low, high = np.nanmin(groups, axis=1), np.nanmax(groups, axis=1)
+    return {
+        "bucket": bucket,
+        "min": [_finite(low[:, s]) for s in range(values.shape[1])],
+        "max": [_finite(high[:, s]) for s in range(values.shape[1])],
+    }
+
+
+def _changes(values: Any) -> list[list[Any]]:
+    """[[step, text], ...] where a per-step text takes a new value (the first step included)."""
+    out: list[list[Any]] = []
+    last = None
+    for step, value in enumerate(values):
+        if value != last:
+            out.append([step, text_value(value, 10_000)])
+            last = value
+            if len(out) >= MAX_CHANGES:
+                break
+    return out
+
+
+class EpisodeCache:
+    """Recently used episodes, up to `budget` bytes (the newest is always kept).
+
+    Args:
+      load: `(split, episode id) -> EpisodeData`.
+      budget: bytes of episodes kept.
+    """
+
+    def __init__(self, load: Callable[[str, int], EpisodeData], budget: int):
+        self._load = load
+        self.budget = budget
+        self._items: collections.OrderedDict[tuple[str, int], EpisodeData] = (
+            collections.OrderedDict()
+        )
+        self._lock = threading.Lock()
+        self._loading: dict[tuple[str, int], threading.Lock] = {}
+
+    def get(self, split: str, episode: int) -> EpisodeData:
+        key = (split, episode)
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            gate = self._loading.setdefault(key, threading.Lock())
+        with gate:  # one load per episode, however many frames ask at once
+            with self._lock:
+                if key in self._items:
+                    return self._items[key]
+            data = self._load(split, episode)
+            with self._lock:
+                self._items[key] = data
+                self._loading.pop(key, None)
+                while len(self._items) > 1 and self.nbytes > self.budget:
+                    self._items.popitem(last=False)
+            return data
+
+    @property
+    def nbytes(self) -> int:
+        return sum(item.nbytes for item in self._items.values())
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
