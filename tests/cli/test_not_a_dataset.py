@@ -64,6 +64,7 @@ COMMANDS = {
     "show": ["show", "PATH", "--out", "OUT/x.gif"],
     "export": ["export", "PATH", "OUT/hf", "--to", "hf"],
     "merge": ["merge", "PATH", "-o", "OUT/merged"],
+    "view": ["view", "PATH"],
 }
 
 
