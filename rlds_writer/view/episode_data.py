@@ -25,8 +25,8 @@ import numpy as np
 from rlds_writer.read.decode import Decoder
 from rlds_writer.read.images import check_image
 from rlds_writer.read.nest import flatten
-from rlds_writer.store import wire
-from rlds_writer.store.features import Features
+from rlds_writer.store.features import wire
+from rlds_writer.store.features.features import Features
 from rlds_writer.view.episode_index import json_number, metadata_value, text_value
 from rlds_writer.view.fields import Layout, field_name
 

@@ -23,8 +23,9 @@ import numpy as np
 from rlds_writer.read.decode import Decoder
 from rlds_writer.read.nest import flatten
 from rlds_writer.read.reader import DatasetReader
-from rlds_writer.store import end_reasons, file_io
-from rlds_writer.store.features import TEXT, Features, Leaf
+from rlds_writer.store.features import end_reasons
+from rlds_writer.store.features.features import TEXT, Features, Leaf
+from rlds_writer.store.storage import file_io
 from rlds_writer.view.fields import Layout, field_name
 
 CACHE = "viewer_index_{split}.json"

@@ -18,9 +18,9 @@ import dataclasses
 
 import numpy as np
 
-from rlds_writer.store import features as features_lib
-from rlds_writer.store.end_reasons import END_REASON
-from rlds_writer.store.features import Features, Leaf
+from rlds_writer.store.features import features as features_lib
+from rlds_writer.store.features.end_reasons import END_REASON
+from rlds_writer.store.features.features import Features, Leaf
 
 FLAGS = ("is_first", "is_last", "is_terminal")
 MAX_SERIES = 32

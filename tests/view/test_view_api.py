@@ -10,7 +10,7 @@ import pytest
 from helpers_viewer import TASKS, serving, write_robot
 
 import rlds_writer
-from rlds_writer.store import wire
+from rlds_writer.store.features import wire
 from rlds_writer.view import server as server_lib
 
 N = 14
@@ -90,7 +90,7 @@ def test_fields_it_cannot_draw_are_listed_with_the_reason(tmp_path):
 
 
 def test_float_images_are_left_out_as_no_picture_a_browser_shows():
-    from rlds_writer.store.features import PNG, Features, Leaf
+    from rlds_writer.store.features.features import PNG, Features, Leaf
     from rlds_writer.view.fields import layout
 
     def image(name, dtype):
