@@ -136,8 +136,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     # -- API -----------------------------------------------------------------
 
-    def _split(self, params: dict[str, str]) -> Any:
-        self.server.source.refresh()
+    def _split(self, params: dict[str, str], refresh: bool = False) -> Any:
+        if refresh:  # the list follows new commits; an episode's frames need not look
+            self.server.source.refresh()
         try:
             return self.server.source.split(params.get("split"))
         except KeyError:
@@ -154,7 +155,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._json(self.server.source.describe())
 
     def _api_episodes(self, params: dict[str, str]) -> None:
-        index = self._split(params)
+        index = self._split(params, refresh=True)
         self._json(listing.page(index, self._query(params)))
 
     def _episode(self, params: dict[str, str], episode: int) -> Any:
@@ -182,7 +183,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._json(data.steps(start, stop))
 
     def _api_next(self, params: dict[str, str], episode: int) -> None:
-        index = self._split(params)
+        index = self._split(params, refresh=True)
         step = -1 if params.get("dir") == "-1" else 1
         self._json({"id": listing.neighbour(index, self._query(params), episode, step)})
 

@@ -20,7 +20,10 @@ from rlds_writer.view.episode_data import EpisodeCache, EpisodeData
 from rlds_writer.view.episode_index import EpisodeIndex, Progress, SplitIndex
 from rlds_writer.view.fields import Layout, layout
 
+# How often the listing is read again, at most: a local file is cheap to read, an
+# object store costs three requests.
 REFRESH_SECONDS = 1.0
+REMOTE_REFRESH_SECONDS = 5.0
 
 
 class ViewerSource:
@@ -50,18 +53,23 @@ class ViewerSource:
         self.index.progress = None  # later scans are small: the page shows their result
         self.episodes = EpisodeCache(self._load, cache_bytes)
         self._checked = time.monotonic()
+        # Asked of the lock once per listing read, not per request (a shared `flock`
+        # taken for a moment could meet a recorder starting up).
+        self.being_written = _being_written(self.reader)
 
     def refresh(self, force: bool = False) -> None:
         """Follows new commits of a dataset being written (at most once a `REFRESH_SECONDS`)."""
         with self._lock:
             now = time.monotonic()
-            if not force and now - self._checked < REFRESH_SECONDS:
+            every = REFRESH_SECONDS if self.reader.dataset.is_local else REMOTE_REFRESH_SECONDS
+            if not force and now - self._checked < every:
                 return
             self._checked = now
             try:
                 dataset = Dataset.open(self.path)
             except (OSError, ValueError):
                 return  # mid-replace or gone for a moment: keep what is shown
+            self.being_written = _being_written(self.reader)
             listing = {s: v.shard_lengths for s, v in dataset.splits.items()}
             if listing == {s: v.shard_lengths for s, v in self.reader.dataset.splits.items()}:
                 return
@@ -102,7 +110,7 @@ class ViewerSource:
             "version": str(reader.version),
             "file_format": reader.file_format,
             "splits": {name: len(index) for name, index in self.index.splits.items()},
-            "being_written": _being_written(reader),
+            "being_written": self.being_written,
             "fields": self.fields.describe(),
         }
 

@@ -380,3 +380,69 @@ def test_no_served_file_names_anything_outside(viewer):
         p.name for p in server_lib.resources.files("rlds_writer.view").joinpath("static").iterdir()
     }
     assert listed == set(server_lib.ASSETS) | {server_lib.PAGE}
+
+
+def test_frames_that_are_not_the_features_images_are_refused_not_served(tmp_path):
+    import io
+    import struct
+    import zlib
+
+    import tensorflow_datasets as tfds
+    from PIL import Image
+
+    def saved(fmt, shape=(16, 16, 3)):
+        buf = io.BytesIO()
+        Image.fromarray(np.full(shape, 90, np.uint8)).save(buf, format=fmt)
+        return buf.getvalue()
+
+    def chunk(tag, body):
+        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+
+    # A PNG whose header declares 60000x60000 pixels over a few bytes (a bomb).
+    bomb = b"".join(
+        [
+            b"\x89PNG\r\n\x1a\n",
+            chunk(b"IHDR", struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0)),
+            chunk(b"IDAT", zlib.compress(b"\0" * 1000)),
+            chunk(b"IEND", b""),
+        ]
+    )
+    frames = [saved("PNG"), saved("GIF"), bomb, saved("PNG")]
+    config = rlds_writer.DatasetConfig(
+        name="hostile",
+        observation_info={"cam": tfds.features.Image(shape=(None, None, 3))},
+        action_info=np.int64,
+    )
+    with rlds_writer.TFDSBackendWriter(tmp_path / "hostile", config) as writer:
+        writer.write_episode({"observation": {"cam": frames}, "action": [0, 0, 0]})
+    with serving(tmp_path / "hostile") as (_, client):
+        assert client.json("/api/episodes")["episodes"][0]["length"] == 4  # no frame decoded
+        assert client.json("/api/episodes/0")["cameras"][0]["frames"] == 4
+        status, headers, body = client.get("/api/episodes/0/frames/0/0")
+        assert status == 200 and body == frames[0] and headers["Content-Type"] == "image/png"
+        status, headers, body = client.get("/api/episodes/0/frames/0/1")
+        assert status == 415 and "stored image is GIF" in json.loads(body)["error"]
+        assert headers["Content-Type"] == "application/json"
+        status, _, body = client.get("/api/episodes/0/frames/0/2")
+        assert status == 415 and "60000x60000" in json.loads(body)["error"]
+        assert client.get("/api/episodes/0/frames/0/3")[0] == 200
+
+
+@pytest.mark.slow
+def test_a_dataset_in_object_storage_is_served_and_never_written_to(robot, object_store):
+    from byte_relay import upload
+
+    url = object_store.path("robot")
+    upload(robot, url)
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url)
+    before = sorted(fs.ls(root))
+    with serving(url) as (_, client):
+        assert client.json("/api/dataset")["splits"] == {"train": N}
+        page = client.json("/api/episodes?ending=terminated&limit=100")
+        assert [e["id"] for e in page["episodes"]] == [1, 3, 5, 7, 9, 11, 13]
+        stored = _stored_frames(robot, 5, "steps/observation/wrist_image")
+        assert client.get("/api/episodes/5/frames/1/4")[2] == stored[4]
+    fs.invalidate_cache()
+    assert sorted(fs.ls(root)) == before  # no index cache written into the bucket

@@ -7,13 +7,14 @@ window.RV = window.RV || {};
   // The episode asked for last: quick ↑/↓ presses each move on from it, in order.
   let wanted = null, moves = Promise.resolve();
 
+  let latest = null;
   function writeUrl(split, episode, step) {
-    // ?split=&episode=&step=: a link opens the same frame. Throttled while playing.
-    clearTimeout(urlTimer);
-    urlTimer = setTimeout(() => {
-      const p = new URLSearchParams({ split, episode: String(episode), step: String(step) });
-      history.replaceState(null, "", "?" + p);
-    }, player && player.playing ? 400 : 0);
+    // ?split=&episode=&step=: a link opens the same frame. At most every 250 ms while
+    // playing (browsers limit replaceState calls), at once otherwise.
+    latest = new URLSearchParams({ split, episode: String(episode), step: String(step) });
+    const write = () => { urlTimer = null; history.replaceState(null, "", "?" + latest); };
+    if (!(player && player.playing)) { clearTimeout(urlTimer); write(); }
+    else if (urlTimer === null) urlTimer = setTimeout(write, 250);
   }
 
   async function open(id, step) {
@@ -80,6 +81,7 @@ window.RV = window.RV || {};
     showDataset(info);
     list = new RV.EpisodeList(open);
     player = new RV.Player(writeUrl);
+    RV.player = player;  // for the page tests and benchmarks/viewer.py
     const url = new URLSearchParams(location.search);
     const splits = Object.keys(info.splits);
     list.split = splits.includes(url.get("split")) ? url.get("split") : (splits[0] || "");

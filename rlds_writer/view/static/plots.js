@@ -156,6 +156,7 @@ window.RV = window.RV || {};
 
     draw() {
       const [ctx, width] = this.size(this.base);
+      this.size(this.overlay);  // sized here only: the cursor is redrawn every step
       this.width = width;
       const [lo, hi] = this.range();
       this.yRange = [lo, hi];
@@ -256,7 +257,8 @@ window.RV = window.RV || {};
 
     drawCursor() {
       if (!this.width) return;
-      const [ctx, width] = this.size(this.overlay);
+      const width = this.width;
+      const ctx = this.overlay.getContext("2d");
       ctx.clearRect(0, 0, width, HEIGHT);
       const px = Math.round(this.x(this.cursor, width)) + 0.5;
       ctx.strokeStyle = "#e8eaed";
