@@ -90,6 +90,50 @@ class StorageNotSupportedError(RLDSWriterError, NotImplementedError):
     """
 
 
+class StorageError(RLDSWriterError, OSError):
+    """A request to an object store failed, after its retries.
+
+    The message names the object (`path`) and what to check: the endpoint, the
+    credentials, the network. An `OSError`, as the local disk's errors are.
+
+    Attributes:
+      path: the object or directory the request was for.
+    """
+
+    def __init__(self, message: str, path: str = ""):
+        super().__init__(message)
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.args[0] if self.args else ""
+
+    def __reduce__(self) -> tuple:
+        return type(self), (str(self), self.path)
+
+
+class StorageAccessError(StorageError, PermissionError):
+    """The object store refused the credentials (403 Forbidden, a wrong secret)."""
+
+
+class BucketNotFoundError(StorageError, FileNotFoundError):
+    """The bucket a path names does not exist (or the credentials cannot see it)."""
+
+
+class UploadFailedError(StorageError):
+    """A shard could not be uploaded; its local copy was kept (`kept`) for a later upload.
+
+    Attributes:
+      kept: the local file that holds the shard, in the unsaved-shards directory.
+    """
+
+    def __init__(self, message: str, path: str = "", kept: str = ""):
+        super().__init__(message, path)
+        self.kept = kept
+
+    def __reduce__(self) -> tuple:
+        return type(self), (str(self), self.path, self.kept)
+
+
 class LockedError(RLDSWriterError, RuntimeError):
     """Another live writer holds the dataset directory."""
 

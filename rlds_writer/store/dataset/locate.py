@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rlds_writer.errors import NotADatasetError
 from rlds_writer.store.dataset import layout
 from rlds_writer.store.storage import file_io, storage
+from rlds_writer.store.storage.store_requests import bucket_error
 
 if TYPE_CHECKING:
     from etils import epath
@@ -48,7 +49,16 @@ def require_dataset(path: epath.PathLike, backend: Any = None) -> None:
         return
     if present[0]:
         raise NotADatasetError(os.fspath(path), f"it has no {layout.FEATURES}")
+    _require_bucket(backend, root)
     raise NotADatasetError(os.fspath(path), f"it has no {layout.DATASET_INFO}")
+
+
+def _require_bucket(backend: Any, path: str) -> None:
+    """Raises `BucketNotFoundError` if `path` is in a bucket that does not exist."""
+    if storage.split_protocol(path)[0] in ("s3", "s3a", "gs", "gcs") and not (
+        backend.bucket_exists(path)
+    ):
+        raise bucket_error(path)
 
 
 def not_a_dataset(path: epath.PathLike) -> NotADatasetError:
@@ -58,6 +68,7 @@ def not_a_dataset(path: epath.PathLike) -> NotADatasetError:
         backend = storage.storage_for(shown)
         if backend.exists(backend.join(shown.rstrip("/"), layout.DATASET_INFO)):
             return NotADatasetError(shown, f"it has no {layout.FEATURES}")
+        _require_bucket(backend, shown)
         return NotADatasetError(shown, f"it has no {layout.DATASET_INFO}")
     if not os.path.lexists(shown):
         return NotADatasetError(shown, "it does not exist")

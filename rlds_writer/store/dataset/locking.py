@@ -155,16 +155,22 @@ def is_locked(directory: epath.PathLike) -> bool:
             os.close(fd)
         return False
     holder = read_holder(directory)
-    return holder is not None and not _stale(holder)
+    return holder is not None and not _stale(holder, path)
 
 
-def _stale(holder: dict[str, Any]) -> bool:
+def _stale(holder: dict[str, Any], path: Any = None) -> bool:
     pid = holder.get("pid")
-    return (
-        holder.get("host") == _host()
-        and isinstance(pid, int)
-        and not pid_alive(pid, holder.get("start_time"))
-    )
+    if holder.get("host") != _host() or not isinstance(pid, int):
+        return False
+    if pid == os.getpid() and holder.get("start_time") == process_start_time(pid):
+        # This very process wrote it: stale unless one of its locks holds it now
+        # (a release whose delete failed leaves it behind; the store was gone).
+        return os.fspath(path) not in _HELD if path is not None else False
+    return not pid_alive(pid, holder.get("start_time"))
+
+
+# The lock files this process holds through the store (remote paths).
+_HELD: set[str] = set()
 
 
 class DirectoryLock:
@@ -287,12 +293,13 @@ class DirectoryLock:
         for _ in range(3):
             if self._try_create():
                 self._held = True
+                _HELD.add(os.fspath(self.path))
                 return
             holder = read_holder(self.directory)
             if holder is None:
                 time.sleep(0.05)  # removed or half-written meanwhile; retry
                 continue
-            if not _stale(holder):
+            if not _stale(holder, self.path):
                 raise self._refuse(holder)
             _log.warning(
                 "taking over the stale lock of dead writer (%s) on %s",
@@ -322,20 +329,38 @@ class DirectoryLock:
         if not self._held:
             return
         self._held = False
+        _HELD.discard(os.fspath(self.path))
         try:
             if self._fd is not None:
                 # Emptied first: closing an unlinked file that still holds
                 # data makes ext4 free its blocks there and then (~0.15 ms).
                 with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, 0)
-            # A directory turned read-only keeps the file: dropping the flock
-            # below still frees the lock (the next taker overwrites the file).
-            with contextlib.suppress(OSError):
-                self.path.unlink()
+                # A directory turned read-only keeps the file: dropping the flock
+                # below still frees the lock (the next taker overwrites the file).
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+            else:
+                self._remove_pid_file()
         finally:
             if self._fd is not None:
                 fd, self._fd = self._fd, None
                 os.close(fd)  # drops the flock
+
+    def _remove_pid_file(self) -> None:
+        # Never raises: a release runs in `close()` and `finally` blocks, where an
+        # error here would hide the one that matters (a failed upload, say).
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        except Exception as e:  # noqa: BLE001 - a store gone, a directory turned read-only
+            _log.warning(
+                "could not remove the lock %s (%s); the next writer on this host takes it "
+                "over once this process has ended; from another host, delete it by hand",
+                self.path,
+                e,
+            )
 
     def __enter__(self) -> DirectoryLock:
         self.acquire()

@@ -34,7 +34,7 @@ from rlds_writer.store.dataset import json_values, layout
 from rlds_writer.store.dataset.locate import not_a_dataset
 from rlds_writer.store.dataset.locking import DirectoryLock
 from rlds_writer.store.repair import recovery
-from rlds_writer.store.storage import file_io
+from rlds_writer.store.storage import file_io, storage
 from rlds_writer.store.storage.object_path import as_path, copy_file
 
 if TYPE_CHECKING:
@@ -246,8 +246,7 @@ def _check_resume(plan: dict[str, Any], names: list[str], move: bool, dest: epat
     # The journal sits in the destination: a crafted one must not make the merge
     # move or delete files anywhere but inside the sources and the destination.
     for step in plan["steps"]:
-        src = os.path.normpath(step["src"])
-        inside = any(os.path.dirname(src) == os.path.normpath(n) for n in names)
+        inside = isinstance(step["src"], str) and any(_in_directory(step["src"], n) for n in names)
         if (
             not inside
             or os.path.basename(step["dst"]) != step["dst"]
@@ -259,6 +258,25 @@ def _check_resume(plan: dict[str, Any], names: list[str], move: bool, dest: epat
             )
     for filename in plan["files"]:
         layout.check_name(filename, "file name", os.fspath(dest / MERGE_JOURNAL))
+
+
+def _in_directory(path: str, directory: str) -> bool:
+    """Whether `path` names a file directly in `directory`, protocols compared as written.
+
+    `os.path.normpath` alone turns `s3://b/x` into `s3:/b/x`, which a journal could
+    spell to pass as the source and be read as a local relative path.
+    """
+    protocol, rest = storage.split_protocol(path)
+    dir_protocol, dir_rest = storage.split_protocol(directory)
+    if protocol != dir_protocol:
+        return False
+    if protocol:
+        # Object keys are taken as written: no `.`, `..` or empty names to collapse.
+        parts = rest.split("/")
+        if any(part in ("", ".", "..") for part in parts):
+            return False
+        return "/".join(parts[:-1]) == dir_rest.rstrip("/")
+    return os.path.dirname(os.path.normpath(path)) == os.path.normpath(directory)
 
 
 def _read_source(source: epath.Path) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from rlds_writer.errors import IncompatibleDatasetError, RecoveryError, counted
 from rlds_writer.store.dataset import json_values, layout
 from rlds_writer.store.dataset.locate import not_a_dataset
 from rlds_writer.store.formats import shards
-from rlds_writer.store.storage import file_io
+from rlds_writer.store.storage import file_io, storage, unsaved_shards
 
 if TYPE_CHECKING:
     from etils import epath
@@ -147,8 +147,13 @@ class RecoveryReport:
         return out
 
 
-def run_recovery(path: epath.Path, dry_run: bool, verify_data: bool) -> RecoveryReport:
+def run_recovery(
+    path: epath.Path, dry_run: bool, verify_data: bool, kept: str | None = None
+) -> RecoveryReport:
     """Recovers `path`; the caller holds the directory lock (see `maintain.recover`).
+
+    A remote dataset first gets the shards a failed upload kept on this machine
+    (`store.unsaved_shards`; from `kept` if given, else from their default place).
 
     Raises:
       DiskFullError: the disk filled up; every change made so far keeps every
@@ -156,7 +161,7 @@ def run_recovery(path: epath.Path, dry_run: bool, verify_data: bool) -> Recovery
         it again once there is space finishes the job.
     """
     try:
-        return _Recovery(path, dry_run, verify_data).run()
+        return _Recovery(path, dry_run, verify_data, kept).run()
     except OSError as e:
         if file_io.is_disk_full(e):
             raise file_io.disk_full_error(path, e, "recovering it") from e
@@ -166,8 +171,9 @@ def run_recovery(path: epath.Path, dry_run: bool, verify_data: bool) -> Recovery
 class _Recovery:
     """One run of `recover` on one directory."""
 
-    def __init__(self, path: epath.Path, dry_run: bool, verify_data: bool):
+    def __init__(self, path: epath.Path, dry_run: bool, verify_data: bool, kept: str | None):
         self.path = path
+        self.kept = kept
         self.dry_run = dry_run
         self.verify_data = verify_data
         self.changed = False
@@ -181,6 +187,8 @@ class _Recovery:
                 f"a merge into {self.path} was interrupted ({layout.MERGE_JOURNAL} is present); "
                 "run the same merge again to finish it instead of recover"
             )
+        if not file_io.is_local(self.path):
+            self._upload_kept()
         removed_temp = self._remove_temp_files()
         info = self._read_info()
         if info is None:
@@ -235,6 +243,24 @@ class _Recovery:
         return report
 
     # ------------------------------------------------------------ helpers
+
+    def _upload_kept(self) -> None:
+        """Uploads the shards a failed upload kept locally; the scan below lists them."""
+        dataset = os.fspath(self.path)
+        directory = self.kept or unsaved_shards.kept_directory(dataset)
+        kept = unsaved_shards.kept_shards(directory)
+        if not kept:
+            return
+        self.changed = True
+        if self.dry_run:
+            found = counted(len(kept), "shard")
+            self.notes.append(f"{found} kept in {directory} after a failed upload would go up")
+            return
+        store = storage.storage_for(dataset)
+        uploaded = unsaved_shards.upload_kept(store, dataset, directory)
+        self.notes.append(
+            f"uploaded {counted(len(uploaded), 'shard')} kept in {directory} after a failed upload"
+        )
 
     def _remove_temp_files(self) -> list[str]:
         # We hold the directory lock, so no live process owns these.

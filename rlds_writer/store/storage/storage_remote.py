@@ -3,8 +3,11 @@
 s3fs (`s3://`), gcsfs (`gs://`) and every other fsspec protocol. Objects are
 replaced whole (one PUT), created exclusively only where the store has a
 conditional create, read by range requests through a bounded block cache, and
-new shards are uploaded whole when they close. `store.storage.storage.storage_for`
-makes these; this module imports nothing of the seam (no import loop).
+new shards are uploaded whole when they close. Every request is bounded in
+time and retried, and its errors name the object (`store_requests`); a shard
+whose upload failed keeps its local file (`unsaved_shards`).
+`store.storage.storage.storage_for` makes these; this module imports nothing
+of the seam (no import loop).
 """
 
 from __future__ import annotations
@@ -12,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import tempfile
 import threading
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from rlds_writer.errors import StorageNotSupportedError, missing_dependency
+from rlds_writer.store.storage import store_requests, unsaved_shards
+from rlds_writer.store.storage.store_requests import call
 
 # Protocols whose fsspec backend ships in an extra of ours, and that extra.
 _PROTOCOL_EXTRAS = {
@@ -110,53 +114,71 @@ class FsspecStorage:
         with contextlib.suppress(Exception):
             self.fs.invalidate_cache(self._key(path))
 
+    def _call(self, name: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        return call(self.fs, name, self._full(self._key(path)), *args, **kwargs)
+
     def exists(self, path: str) -> bool:
         self._invalidate(path)
-        return bool(self.fs.exists(self._key(path)))
+        return bool(self._call("exists", path, self._key(path)))
 
     def isdir(self, path: str) -> bool:
         self._invalidate(path)
-        return bool(self.fs.isdir(self._key(path)))
+        return bool(self._call("isdir", path, self._key(path)))
 
     def isfile(self, path: str) -> bool:
         self._invalidate(path)
-        return bool(self.fs.isfile(self._key(path)))
+        return bool(self._call("isfile", path, self._key(path)))
+
+    def bucket_exists(self, path: str) -> bool:
+        """Whether the bucket (the first name after `scheme://`) of `path` exists."""
+        bucket = store_requests.bucket_of(self._full(self._key(path)))
+        self._invalidate(bucket)
+        return bool(self._call("exists", path, bucket))
 
     def listdir(self, path: str) -> list[str]:
         key = self._key(path).rstrip("/")
         self._invalidate(key)
-        if not self.fs.isdir(key):
-            if self.fs.exists(key):
+        if not self._call("isdir", path, key):
+            if self._call("exists", path, key):
                 raise NotADirectoryError(path)
             raise FileNotFoundError(path)
-        names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in self.fs.ls(key, detail=False)}
+        entries = self._call("ls", path, key, detail=False)
+        names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries}
         names.discard("")
         return sorted(names)
 
     def size(self, path: str) -> int:
         self._invalidate(path)
-        return int(self.fs.size(self._key(path)))
+        return int(self._call("size", path, self._key(path)))
 
     def read_bytes(self, path: str, limit: int | None = None) -> bytes:
         key = self._key(path)
         if limit is None:
-            return bytes(self.fs.cat_file(key))
+            return bytes(self._call("cat_file", path, key))
         if limit <= 0:
             return b""
-        return bytes(self.fs.cat_file(key, start=0, end=limit))
+        return bytes(self._call("cat_file", path, key, start=0, end=limit, nbytes=limit))
 
     def read_text(self, path: str) -> str:
         return self.read_bytes(path).decode("utf-8")
 
     def open_read(self, path: str) -> BinaryIO:
-        return self.fs.open(self._key(path), "rb", block_size=4 * REMOTE_BLOCK_SIZE)
+        full = self._full(self._key(path))
+        try:
+            opened = self.fs.open(self._key(path), "rb", block_size=4 * REMOTE_BLOCK_SIZE)
+        except Exception as e:
+            raise store_requests.worded(full, e) from e
+        return _WordedReads(opened, full)
 
     def open_random(self, path: str) -> RemoteRandomAccess:
         return RemoteRandomAccess(self, path)
 
     def replace_bytes(self, path: str, data: bytes, fsync: bool = False) -> None:
         # One PUT: an object store replaces an object whole (there is no rename).
-        self.fs.pipe_file(self._key(path), bytes(data))
+        data = bytes(data)
+        self._call(
+            "pipe_file", path, self._key(path), data, doing="writing", nbytes=len(data), writes=True
+        )
         self._invalidate(path)
 
     def create_exclusive(self, path: str, data: bytes) -> bool:
@@ -168,11 +190,21 @@ class FsspecStorage:
             )
         key = self._key(path)
         self._invalidate(path)
-        if self.fs.exists(key):
+        if self._call("exists", path, key):
             # Also what a store that ignores the condition (the GCS emulator) needs.
             return False
         try:
-            self.fs.pipe_file(key, bytes(data), mode="create")
+            # Not retried: a create whose answer was lost would then find itself.
+            self._call(
+                "pipe_file",
+                path,
+                key,
+                bytes(data),
+                mode="create",
+                doing="creating",
+                retry=False,
+                writes=True,
+            )
         except FileExistsError:
             return False
         finally:
@@ -180,16 +212,19 @@ class FsspecStorage:
         return True
 
     def open_shard_sink(self, path: str) -> RemoteShardSink:
-        if self.exists(path):
-            raise FileExistsError(f"{path} already exists")
+        # No request here (an episode's append must not wait on the store): an
+        # existing object is refused at the upload, which keeps the local file.
         return RemoteShardSink(self, path)
 
     def remove(self, path: str) -> None:
         key = self._key(path)
         self._invalidate(path)
-        if not self.fs.exists(key):
+        if not self._call("exists", path, key):
             raise FileNotFoundError(path)
-        self.fs.rm_file(key)
+        try:
+            self._call("rm_file", path, key, doing="deleting")
+        except FileNotFoundError:
+            pass  # an attempt whose answer was lost deleted it
         self._invalidate(path)
 
     def makedirs(self, path: str) -> None:
@@ -197,23 +232,33 @@ class FsspecStorage:
         # fsspec file systems may have them.
         if self.protocol in _PROTOCOL_EXTRAS:
             return
-        self.fs.makedirs(self._key(path), exist_ok=True)
+        self._call("makedirs", path, self._key(path), exist_ok=True, doing="creating")
 
     def move(self, source: str, destination: str) -> None:
         self.copy(source, destination)
         self.remove(source)
 
     def copy(self, source: str, destination: str) -> None:
-        self.fs.copy(self._key(source), self._key(destination))
+        self._call("copy", destination, self._key(source), self._key(destination), doing="copying")
         self._invalidate(destination)
 
     def upload(self, local_source: str, destination: str) -> None:
         # s3fs and gcsfs switch to a multipart/resumable upload for large files.
-        self.fs.put_file(_local(local_source), self._key(destination))
+        local = _local(local_source)
+        nbytes = os.path.getsize(local)
+        self._call(
+            "put_file",
+            destination,
+            local,
+            self._key(destination),
+            doing="uploading",
+            nbytes=nbytes,
+            writes=True,
+        )
         self._invalidate(destination)
 
     def download(self, source: str, local_destination: str) -> None:
-        self.fs.get_file(self._key(source), _local(local_destination))
+        self._call("get_file", source, self._key(source), _local(local_destination))
 
 
 def _import(module: str, feature: str, extra: str | None) -> Any:
@@ -239,15 +284,25 @@ class RemoteRandomAccess:
         self._lock = threading.Lock()
         self._storage = storage
         self._key = storage._key(path)
-        storage._invalidate(path)
-        self.size = int(storage.fs.size(self._key))
+        self._full = storage._full(self._key)
+        self.size = storage.size(path)
         self._ranges: dict[int, bytes] = {}  # offset -> bytes, oldest first
         self._cached = 0
         self._requests = 0
         self.bytes_fetched = 0
 
     def _fetch(self, start: int, end: int) -> bytes:
-        data = bytes(self._storage.fs.cat_file(self._key, start=start, end=end))
+        data = bytes(
+            call(
+                self._storage.fs,
+                "cat_file",
+                self._full,
+                self._key,
+                start=start,
+                end=end,
+                nbytes=end - start,
+            )
+        )
         with self._lock:
             self._requests += 1
             self.bytes_fetched += len(data)
@@ -290,18 +345,57 @@ class RemoteRandomAccess:
         self.close()
 
 
+class _WordedReads:
+    """A remote file object whose read errors name the object (`store_requests.worded`)."""
+
+    def __init__(self, f: Any, path: str):
+        self._f = f
+        self._path = path
+
+    def _do(self, name: str, *args: Any) -> Any:
+        try:
+            return getattr(self._f, name)(*args)
+        except Exception as e:
+            raise store_requests.worded(self._path, e) from e
+
+    def read(self, n: int = -1) -> bytes:
+        return self._do("read", n)
+
+    def readinto(self, buffer: Any) -> int:
+        return self._do("readinto", buffer)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._do("seek", offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+    def __enter__(self) -> _WordedReads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class RemoteShardSink:
     """A new object: written to a local temporary file, uploaded whole when closed.
 
     The object exists only complete (an object store shows no partial PUT); a
-    large file goes up as a multipart (S3) or resumable (GCS) upload.
-    `abort` drops what was written without uploading.
+    large file goes up as a multipart (S3) or resumable (GCS) upload. If the
+    upload fails, the local file is kept (`unsaved_shards.keep`) and
+    `UploadFailedError` names it. `abort` drops what was written without uploading.
     """
 
     def __init__(self, storage: FsspecStorage, path: str):
         self.path = path
         self._storage = storage
-        self._tmp = tempfile.NamedTemporaryFile(prefix="rlds_writer-shard-", delete=False)  # noqa: SIM115
+        self._tmp = open(unsaved_shards.staging_file(), "wb")  # noqa: SIM115 - closed in close
         self._closed = False
 
     def write_parts(self, parts: Sequence[Any], length: int | None = None) -> None:
@@ -316,12 +410,8 @@ class RemoteShardSink:
         if self._closed:
             return
         self._closed = True
-        try:
-            self._tmp.close()
-            self._storage.upload(self._tmp.name, self.path)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(self._tmp.name)
+        self._tmp.close()
+        unsaved_shards.upload_or_keep(self._storage, self._tmp.name, self.path)
 
     def abort(self) -> None:
         if self._closed:

@@ -11,11 +11,13 @@ anyway: its writer cannot flush an open file.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from rlds_writer.errors import UploadFailedError
 from rlds_writer.store.dataset import json_values, layout
 from rlds_writer.store.formats import shards
 from rlds_writer.store.formats.shard_format import ShardWriter
@@ -33,6 +35,23 @@ def open_shard(path: epath.Path, file_format: str, fsync: bool) -> ShardWriter:
     return shards.open_writer(path, file_format, fsync)
 
 
+@dataclasses.dataclass(frozen=True)
+class UnsavedShard:
+    """A shard the object store did not take; its bytes are kept on the local disk.
+
+    Attributes:
+      split: its split.
+      path: the object it was bound for.
+      kept: the local file holding it (`store.unsaved_shards`).
+      episodes: the numbers of its episodes in this writer's run, 1-based.
+    """
+
+    split: str
+    path: str
+    kept: str
+    episodes: tuple[int, ...]
+
+
 class _SplitState:
     """Shards of one split: the closed ones and the open one."""
 
@@ -41,6 +60,8 @@ class _SplitState:
         self.lengths = list(lengths)
         self.num_bytes = num_bytes
         self.shard: ShardWriter | None = None
+        self.episodes: list[int] = []  # the run's numbers of the open shard's episodes
+        self.failed = 0  # shards whose upload failed: their names are not reused
 
     def committed(self) -> tuple[list[int], int]:
         """The closed shards: the only ones ever listed (a listed shard never grows)."""
@@ -74,6 +95,9 @@ class SplitShards:
         self.file_format = file_format
         self.fsync = fsync
         self.max_episodes_per_file = max_episodes_per_file
+        self.remote = not file_io.is_local(path)
+        self.appended = 0  # episodes appended in this run
+        self.unsaved: list[UnsavedShard] = []  # shards whose upload failed
         self._info_json = prepared.info_json
         self._templates = prepared.templates
         self._splits = {
@@ -92,13 +116,28 @@ class SplitShards:
         if state is None:
             state = self._splits[split] = _SplitState(split, [], 0)
         if state.shard is None:
-            index = len(state.lengths)
+            index = len(state.lengths) + state.failed
             path = self.path / self._template(split).filename(index, 0)
             state.shard = open_shard(path, self.file_format, self.fsync)
             if hasattr(state.shard, "max_records"):  # a shard that plans by it (tfrecord)
                 state.shard.max_records = self.max_episodes_per_file
         state.shard.write(parts, length)
         state.shard.flush()
+        self.appended += 1
+        state.episodes.append(self.appended)
+
+    def room_inline(self, split: str) -> bool:
+        """Whether the next episode of `split` can be appended without touching an
+        object store: always locally; remotely, into an open shard it does not fill
+        (opening a shard asks the store, a full one is uploaded)."""
+        if not self.remote:
+            return True
+        state = self._splits.get(split)
+        return (
+            state is not None
+            and state.shard is not None
+            and state.shard.num_records + 1 < self.max_episodes_per_file
+        )
 
     def rotate_if_full(self, split: str) -> None:
         """Closes `split`'s open shard if it holds `max_episodes_per_file` episodes."""
@@ -142,9 +181,10 @@ class SplitShards:
         the OS; `dataset_info.json` is left to `recover`."""
         for state in self._splits.values():
             shard, state.shard = state.shard, None
+            episodes, state.episodes = state.episodes, []
             if shard is not None:
                 try:
-                    shard.close()
+                    self._close_shard(state, shard, episodes)
                 except Exception as e:  # noqa: BLE001 - the first error is the one raised
                     _log.error("closing %s after the failure failed too: %r", shard.path, e)
 
@@ -160,6 +200,15 @@ class SplitShards:
     def _rotate(self, state: _SplitState) -> None:
         shard = state.shard
         state.shard = None
-        shard.close()
+        episodes, state.episodes = state.episodes, []
+        self._close_shard(state, shard, episodes)
         state.lengths.append(shard.num_records)
         state.num_bytes += shard.num_bytes
+
+    def _close_shard(self, state: _SplitState, shard: ShardWriter, episodes: list[int]) -> None:
+        try:
+            shard.close()
+        except UploadFailedError as e:
+            state.failed += 1
+            self.unsaved.append(UnsavedShard(state.name, e.path, e.kept, tuple(episodes)))
+            raise

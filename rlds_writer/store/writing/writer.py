@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import queue
 import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rlds_writer.errors import WriterClosedError, WriterFailedError
+from rlds_writer.errors import WriterClosedError, WriterFailedError, counted
 from rlds_writer.store.dataset import json_values, layout
 from rlds_writer.store.dataset.locking import DirectoryLock
 from rlds_writer.store.episodes.episode_data import Episode
@@ -161,6 +162,7 @@ class DatasetWriter:
         self.steps_written = 0
         self.bytes_written = 0
         self._error: BaseException | None = None
+        self._dropped = 0  # episodes handed over after a failure, never written
         self._closed = False
         # Unbounded queue; episodes are admitted against a count and byte budget
         # so that small episodes never make the env thread wait on the writer.
@@ -201,13 +203,16 @@ class DatasetWriter:
             self._inline
             and size < _INLINE_BELOW
             and not self._queue.queue
+            and self._shards.room_inline(split)
             and self._io_lock.acquire(blocking=False)
         ):
             # The writer thread is idle and the episode is small: writing it
             # here costs less than handing it over (the two threads would trade
             # the GIL for every short episode). Order is kept: nothing is queued.
+            # Never a request to an object store here (`room_inline`): a shard
+            # that fills is uploaded by the writer thread.
             try:
-                if not self._queue.queue:
+                if not self._queue.queue and self._shards.room_inline(split):
                     self._write_inline(split, episode)
                     return
             finally:
@@ -277,12 +282,39 @@ class DatasetWriter:
                 self._queue.put((_CLOSE, None))  # the join below waits for it
             self._thread.join()
         self.encoder.close()
-        self._lock.release()
+        self._lock.release()  # never raises: the error below is the one that matters
         if self._error is not None:
-            raise WriterFailedError(
-                f"writing {self.path} failed: {self._error!r}; episodes written before the "
-                "failure are on disk (run rlds_writer.recover on the directory)"
-            ) from self._error
+            raise WriterFailedError(self._failure()) from self._error
+
+    def _failure(self) -> str:
+        """What `close()` says after a failure: what is saved, what is not, and where."""
+        said = f"writing {self.path} failed: {self._error!r}"
+        dropped = (
+            f"; {counted(self._dropped, 'episode')} handed over after the failure were not written"
+            if self._dropped
+            else ""
+        )
+        if not self._shards.remote:
+            return (
+                f"{said}; episodes written before the failure are on disk (run "
+                f"rlds_writer.recover on the directory){dropped}"
+            )
+        unsaved = self._shards.unsaved
+        lost = [n for shard in unsaved for n in shard.episodes]
+        saved = self._shards.appended - len(lost)
+        text = (
+            f"{said}; {counted(saved, 'episode')} of this run are in the store (run "
+            f"`rlds-writer recover {self.path}` to list any the failure left unlisted)"
+        )
+        if unsaved:
+            kept = sorted({os.path.dirname(shard.kept) for shard in unsaved})
+            text += (
+                f"; {counted(len(lost), 'episode')} were NOT uploaded (episodes "
+                f"{_ranges(lost)} of this run, in the order written): their shards are kept "
+                f"in {', '.join(kept)}; `rlds-writer recover {self.path}` uploads them once "
+                "the store is reachable (or `rlds-writer recover` on that directory)"
+            )
+        return text + dropped
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -352,6 +384,8 @@ class DatasetWriter:
             return False
         if self._error is None:
             self._guarded(functools.partial(self._write_episode, kind, payload))
+        else:
+            self._keep_episode(kind, payload)
         self._admitted_done(payload)
         return False
 
@@ -394,6 +428,22 @@ class DatasetWriter:
         if commit and time.monotonic() - self._last_commit >= self.commit_interval:
             self._commit()
 
+    def _keep_episode(self, split: str, episode: Episode) -> None:
+        """An episode handed over before a failure and queued: written to the open
+        shard of an object store's dataset (a local file, kept with the others at
+        close), never rotated nor committed; dropped elsewhere (counted)."""
+        if not self._shards.remote:
+            self._dropped += 1
+            return
+        try:
+            parts, length = self.encoder.encode_parts(episode.columns, episode.episode_values)
+            self._shards.append(split, parts, length)
+            episode.release()
+            self.episodes_written += 1
+        except Exception as e:  # noqa: BLE001 - the first error is the one raised
+            _log.error("could not keep an episode of %s after the failure: %r", self.path, e)
+            self._dropped += 1
+
     def _end(self) -> None:
         """Closes the shards and makes the last commit (holding the I/O lock)."""
         if self._error is not None:
@@ -415,3 +465,14 @@ class DatasetWriter:
     def _committed(self) -> None:
         self._last_commit = time.monotonic()
         self._dirty = False
+
+
+def _ranges(numbers: list[int]) -> str:
+    """`1-4, 7, 9-10` for [1, 2, 3, 4, 7, 9, 10]."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

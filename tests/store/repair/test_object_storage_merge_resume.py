@@ -63,3 +63,39 @@ def test_killed_move_into_a_bucket_resumes(s3_bucket, tmp_path):
     assert sorted(got) == sorted(want)
     assert [n for n in want if got[n] != want[n]] == []
     assert rlds_writer.recover(dest, dry_run=True).splits == {"train": [1] * 8}
+
+
+def test_a_journal_source_with_one_slash_is_refused_not_read_as_a_local_path(
+    s3_bucket, tmp_path, monkeypatch
+):
+    import json
+
+    from rlds_writer.store.repair import merge as merge_module
+    from rlds_writer.store.repair.merge import MergeError
+
+    source, dest = s3_bucket.path("src"), s3_bucket.path("merged")
+    _record(source)
+    fs = storage_for(dest)
+
+    def interrupted(plan, dest):
+        raise KeyboardInterrupt("killed after the journal was written")
+
+    monkeypatch.setattr(merge_module, "_execute", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        rlds_writer.merge([source], dest, move=True)
+    monkeypatch.undo()
+    # A crafted journal: `s3:/bucket/...` (one slash) normalises like `s3://bucket/...`.
+    journal = fs.join(dest, ".rlds_writer.merge.json")
+    plan = json.loads(fs.read_bytes(journal))
+    name = plan["steps"][0]["src"].rsplit("/", 1)[1]
+    plan["steps"][0]["src"] = f"s3:/{s3_bucket.name}/src/{name}"
+    fs.replace_bytes(journal, json.dumps(plan).encode())
+    # The local file that path names, relative to the working directory.
+    planted = tmp_path / "s3:" / s3_bucket.name / "src" / name
+    planted.parent.mkdir(parents=True)
+    planted.write_bytes(b"a local file the merge must not touch")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(MergeError, match="outside the merge's directories"):
+        rlds_writer.merge([source], dest, move=True)
+    assert planted.read_bytes() == b"a local file the merge must not touch"
+    assert rlds_writer.recover(source, dry_run=True).splits == {"train": [1] * 8}

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from rlds_writer.errors import MissingDependencyError, RLDSWriterError
+from rlds_writer.errors import MissingDependencyError, RLDSWriterError, UploadFailedError
 from rlds_writer.store.storage import storage, storage_remote
 from rlds_writer.store.storage.storage import (
     FsspecStorage,
@@ -54,7 +54,8 @@ def test_unknown_protocol_is_refused():
         storage_for("nosuchprotocol://bucket/run")
 
 
-def test_files_round_trip(root):
+def test_files_round_trip(root, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLDS_WRITER_UNSAVED_DIR", str(tmp_path / "unsaved"))
     fs = storage_for(root)
     fs.makedirs(root)
     info = fs.join(root, "dataset_info.json")
@@ -77,8 +78,19 @@ def test_files_round_trip(root):
     sink.write_parts([bytearray(b"ghi")], 3)
     sink.close()
     assert fs.read_bytes(shard) == b"abcdefghi"
-    with pytest.raises(FileExistsError):
-        fs.open_shard_sink(shard)
+    if fs.is_local:
+        with pytest.raises(FileExistsError):
+            fs.open_shard_sink(shard)
+    else:
+        # No request at open (an episode's append never waits on the store): the
+        # object is refused at the upload, and the bytes written are kept.
+        sink = fs.open_shard_sink(shard)
+        sink.write_parts([b"new"])
+        with pytest.raises(UploadFailedError, match="already exists") as raised:
+            sink.close()
+        with open(raised.value.kept, "rb") as f:
+            assert f.read() == b"new"
+        assert fs.read_bytes(shard) == b"abcdefghi"
 
     aborted = fs.join(root, "aborted")
     sink = fs.open_shard_sink(aborted)

@@ -27,7 +27,7 @@ from rlds_writer.store.formats.shard_format import (
     ShardWalk,
     join_parts,
 )
-from rlds_writer.store.storage import file_io, storage
+from rlds_writer.store.storage import file_io, storage, unsaved_shards
 from rlds_writer.store.storage.object_path import as_path
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class ArrayRecordShardWriter:
     def __init__(self, path: epath.Path, fsync: bool = False):
         from array_record.python import array_record_module
 
-        if path.exists() or (file_io.is_local(path) and os.path.islink(path)):
+        if file_io.is_local(path) and (path.exists() or os.path.islink(path)):
             raise FileExistsError(f"shard file {path} already exists")  # its writer truncates
         self.path = path
         self.fsync = fsync
@@ -58,10 +58,7 @@ class ArrayRecordShardWriter:
         self._upload: str | None = None
         if not file_io.is_local(path):
             # Its writer needs a local file: written there, uploaded whole at close.
-            import tempfile
-
-            fd, self._local = tempfile.mkstemp(prefix="rlds_writer-", suffix=".array_record")
-            os.close(fd)
+            self._local = unsaved_shards.staging_file(".array_record")
             self._upload = os.fspath(path)
         self._f = array_record_module.ArrayRecordWriter(self._local, "group_size:1")
 
@@ -77,10 +74,8 @@ class ArrayRecordShardWriter:
     def close(self) -> None:
         self._f.close()
         if self._upload is not None:
-            try:
-                storage.storage_for(self._upload).upload(self._local, self._upload)
-            finally:
-                os.unlink(self._local)
+            store = storage.storage_for(self._upload)
+            unsaved_shards.upload_or_keep(store, self._local, self._upload)
             return
         if self.fsync and file_io.is_local(self.path):
             file_io.fsync_file(self.path)
