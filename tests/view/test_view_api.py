@@ -446,3 +446,27 @@ def test_a_dataset_in_object_storage_is_served_and_never_written_to(robot, objec
         assert client.get("/api/episodes/5/frames/1/4")[2] == stored[4]
     fs.invalidate_cache()
     assert sorted(fs.ls(root)) == before  # no index cache written into the bucket
+
+
+def test_each_split_has_its_own_list_and_episodes(tmp_path, record_episodes):
+    import tensorflow_datasets as tfds
+
+    config = rlds_writer.DatasetConfig(
+        name="splits",
+        observation_info=tfds.features.Tensor(shape=(2,), dtype=np.float32),
+        action_info=np.int64,
+        reward_info=np.float32,
+    )
+    record_episodes(config, tmp_path / "ds", episodes=5, splits=("train", "test"))
+    with serving(tmp_path / "ds") as (_, client):
+        assert client.json("/api/dataset")["splits"] == {"train": 3, "test": 2}
+        assert client.json("/api/episodes")["split"] == "train"  # the first split
+        test = client.json("/api/episodes?split=test")
+        assert test["total"] == 2 and [e["id"] for e in test["episodes"]] == [0, 1]
+        reader = rlds_writer.open_dataset(tmp_path / "ds")
+        for e, episode in enumerate(reader.episodes("test")):
+            assert client.json(f"/api/episodes/{e}?split=test")["length"] == len(
+                episode["steps"]["is_first"]
+            )
+        assert client.get("/api/episodes/2?split=test")[0] == 404
+        assert client.get("/api/episodes/2?split=train")[0] == 200

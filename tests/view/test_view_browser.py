@@ -248,3 +248,64 @@ def test_ci_and_the_image_install_debians_browser():
         assert re.search(r"apt-get install -y[^\n]* chromium chromium-driver", text), name
     setup = (root / "setup.py").read_text()
     assert '"selenium>=' in setup.split('_EXTRAS["test"]', 1)[1]
+
+
+def test_series_toggles_hide_a_line_in_every_episode(page):
+    from selenium.webdriver.common.by import By
+
+    driver, url = page
+    _open(driver, url, "?episode=0&step=0")
+    _all_at(driver, 0)
+    boxes = driver.find_elements(By.CSS_SELECTOR, ".plot[data-field='action'] .series input")
+    assert len(boxes) == 7 and all(box.is_selected() for box in boxes)
+    boxes[2].click()
+    driver.get(url + "?episode=6&step=0")
+    _wait(driver, "document.getElementById('episode-title').textContent.startsWith('episode 6 ')")
+    boxes = driver.find_elements(By.CSS_SELECTOR, ".plot[data-field='action'] .series input")
+    assert [box.is_selected() for box in boxes] == [True, True, False, True, True, True, True]
+    boxes[2].click()
+    assert console_errors(driver) == []
+
+
+def test_text_from_the_dataset_is_shown_as_text_never_run(tmp_path):
+    import tensorflow_datasets as tfds
+
+    hostile = "<img src=/x onerror=window.pwned=1><script>window.pwned=2</script>"
+    config = rlds_writer.DatasetConfig(
+        name="texts",
+        observation_info=np.float32,
+        action_info=np.float32,
+        step_metadata_info={"language_instruction": tfds.features.Text()},
+        episode_metadata_info={"note": tfds.features.Text()},
+    )
+    with rlds_writer.TFDSBackendWriter(tmp_path / "texts", config) as writer:
+        writer.write_episode(
+            {
+                "observation": np.zeros(3, np.float32),
+                "action": np.zeros(2, np.float32),
+                "language_instruction": [hostile] * 3,
+            },
+            episode_metadata={"note": hostile},
+        )
+    driver = start_chromium()
+    try:
+        with serving(tmp_path / "texts") as (server, _):
+            _open(driver, server.url)
+            _all_at(driver, 0)
+            assert (
+                driver.execute_script("return document.getElementById('instruction').textContent")
+                == hostile
+            )
+            assert hostile in driver.execute_script(
+                "return document.getElementById('metadata').textContent"
+            )
+            assert driver.execute_script("return window.pwned") is None
+            assert (
+                driver.execute_script(
+                    "return document.querySelectorAll('#player img, #list img').length"
+                )
+                == 0
+            )
+            assert console_errors(driver) == []
+    finally:
+        driver.quit()
