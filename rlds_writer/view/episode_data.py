@@ -223,10 +223,13 @@ class EpisodeCache:
             with self._lock:
                 if key in self._items:
                     return self._items[key]
-            data = self._load(split, episode)
+            try:
+                data = self._load(split, episode)
+            finally:
+                with self._lock:
+                    self._loading.pop(key, None)
             with self._lock:
                 self._items[key] = data
-                self._loading.pop(key, None)
                 while len(self._items) > 1 and self.nbytes > self.budget:
                     self._items.popitem(last=False)
             return data

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_writer.errors import DecodeError
 from rlds_writer.read.decode import Decoder
 from rlds_writer.read.nest import flatten
 from rlds_writer.read.reader import DatasetReader
@@ -94,6 +95,21 @@ class _Scanner:
         self._counter = Decoder(features)
         self._texts = [field_name(leaf) for leaf in fields.texts]
         self._instruction = fields.instruction
+
+    def row_or_error(self, record: bytes, where: str) -> dict[str, Any]:
+        """The episode's row; one that does not decode is listed with its error, not skipped."""
+        try:
+            return self.row(record, where)
+        except DecodeError as e:
+            return {
+                "length": 0,
+                "return": None,
+                "ending": "unknown",
+                "instruction": "",
+                "texts": [],
+                "metadata": {},
+                "error": text_value(str(e)),
+            }
 
     def row(self, record: bytes, where: str) -> dict[str, Any]:
         episode = self._decoder.decode(record, where)
@@ -236,7 +252,7 @@ class EpisodeIndex:
                 else:
                     rows = []
                     for where, record in episodes.records():
-                        rows.append(scanner.row(record, where))
+                        rows.append(scanner.row_or_error(record, where))
                         self.scanned += 1
                         if self.progress and len(rows) % 64 == 0:
                             self.progress(split, done + len(rows), total)

@@ -31,7 +31,7 @@ import urllib.parse
 from importlib import resources
 from typing import Any
 
-from rlds_writer.errors import DecodeError, ViewerRequestError
+from rlds_writer.errors import DecodeError, RLDSWriterError, ViewerRequestError
 from rlds_writer.view import listing
 from rlds_writer.view.source import ViewerSource
 
@@ -86,6 +86,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.server.log:
             super().log_message(format, *args)
 
+    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        super().log_message(format, *args)  # errors are shown, requests only with --verbose
+
     def do_HEAD(self) -> None:  # noqa: N802 - http.server's name
         self._respond(head=True)
 
@@ -124,6 +127,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise ViewerRequestError(404, f"no such page: {url.path[:80]}")
         except ViewerRequestError as e:
             self._json({"error": str(e)}, e.status)
+        except (RLDSWriterError, OSError, ValueError) as e:
+            # A damaged record, a vanished shard: one line for the page, not a dropped answer.
+            if isinstance(e, BrokenPipeError | ConnectionResetError):
+                return
+            self.log_error("%s", e)
+            self._json({"error": f"{type(e).__name__}: {e}"}, 500)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the page went away mid-answer (a seek, a closed tab)
 

@@ -470,3 +470,25 @@ def test_each_split_has_its_own_list_and_episodes(tmp_path, record_episodes):
             )
         assert client.get("/api/episodes/2?split=test")[0] == 404
         assert client.get("/api/episodes/2?split=train")[0] == 200
+
+
+def test_an_episode_that_does_not_decode_is_listed_with_its_error(tmp_path):
+    path = tmp_path / "robot"
+    write_robot(path, 3)
+    features = json.loads((path / "features.json").read_text())
+
+    def retype(node):  # the reward is stored as floats; call it int64
+        if isinstance(node, dict):
+            if "reward" in node and isinstance(node["reward"], dict):
+                node["reward"]["tensor"]["dtype"] = "int64"
+                return True
+            return any(retype(v) for v in node.values())
+        return isinstance(node, list) and any(retype(v) for v in node)
+
+    assert retype(features)
+    (path / "features.json").write_text(json.dumps(features))
+    with serving(path) as (_, client):
+        rows = client.json("/api/episodes")["episodes"]
+        assert len(rows) == 3 and all("reward" in row["error"] for row in rows)
+        status, _, body = client.get("/api/episodes/1")
+        assert status == 422 and "reward" in json.loads(body)["error"]

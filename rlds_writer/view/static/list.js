@@ -85,7 +85,8 @@ window.RV = window.RV || {};
         tr.dataset.id = String(ep.id);
         if (ep.id === this.current) tr.className = "current";
         const ret = typeof ep.return === "number" ? RV.format(ep.return) : (ep.return ?? "–");
-        for (const text of [ep.id, ep.length, ret, ep.ending.replace("_", " "), ep.instruction]) {
+        const said = ep.error ? "cannot read: " + ep.error : ep.instruction;
+        for (const text of [ep.id, ep.length, ret, ep.ending.replace("_", " "), said]) {
           const td = document.createElement("td");
           td.textContent = String(text);
           tr.appendChild(td);
