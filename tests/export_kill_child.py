@@ -21,7 +21,8 @@ def main() -> None:
     from rlds_writer.interop import export as export_lib
 
     module = importlib.import_module(export_lib.FORMATS[target].code.partition(":")[0])
-    real = module.source_episodes
+    name = "numbered_episodes" if hasattr(module, "numbered_episodes") else "source_episodes"
+    real = getattr(module, name)
 
     def pausing(*args, **kwargs):
         for i, item in enumerate(real(*args, **kwargs)):
@@ -31,7 +32,7 @@ def main() -> None:
                 time.sleep(600)
             yield item
 
-    module.source_episodes = pausing
+    setattr(module, name, pausing)
     options = {"episodes_per_file": 1} if target in ("rllib-episodes", "hf") else {}
     report = export_lib.export(src, dest, to=target, **options)
     print(report.summary())

@@ -35,3 +35,23 @@ class Rover(gym.Env):
         self.pos += action
         self.t += 1
         return self._obs(), float(-np.abs(self.pos).sum()), self.t >= 4, False, {}
+
+
+class Grey(gym.Env):
+    """One-channel uint8 Atari frames `(84, 84, 1)` (what `config_from_env` stores as a PNG `Image`).
+
+    Truncates after 3 steps through its own counter; Discrete(2) actions.
+    """
+
+    observation_space = gym.spaces.Box(0, 255, (84, 84, 1), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.np_random.integers(0, 256, (84, 84, 1), dtype=np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        frame = self.np_random.integers(0, 256, (84, 84, 1), dtype=np.uint8)
+        return frame, 1.0, False, self.t >= 3, {}

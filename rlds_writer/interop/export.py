@@ -148,7 +148,27 @@ def source_episodes(
     cut_short: str = "truncated",
     min_steps: int = 2,
 ) -> Iterator[tuple[dict[str, Any], str]]:
-    """Yields `(episode, end)` for each episode to export, one decoded episode at a time.
+    """Yields `(episode, end)` for each episode to export (`numbered_episodes` without the index).
+
+    For exporters whose format numbers its episodes itself, in the order
+    written (Minari, LeRobot, d3rlpy, and plugins).
+    """
+    for _, episode, end in numbered_episodes(
+        reader, split, report, cut_short=cut_short, min_steps=min_steps
+    ):
+        yield episode, end
+
+
+def numbered_episodes(
+    reader: Any,
+    split: str,
+    report: ExportReport,
+    *,
+    cut_short: str = "truncated",
+    min_steps: int = 2,
+    encoded_images: bool = False,
+) -> Iterator[tuple[int, dict[str, Any], str]]:
+    """Yields `(index, episode, end)` for each episode to export, one at a time.
 
     Args:
       reader: the `DatasetReader`.
@@ -156,14 +176,20 @@ def source_episodes(
       report: counts dropped and skipped episodes.
       cut_short: "truncated" or "drop".
       min_steps: episodes with fewer RLDS steps are skipped (and counted).
+      encoded_images: give `Image` fields as their stored PNG/JPEG bytes
+        (object arrays, each value's header checked against the feature)
+        instead of decoding them (`episodes_of`).
 
     Yields:
-      The decoded episode and how it ended ("terminated", "truncated",
-      "cut_short").
+      `(index, episode, end)`: the episode's position in the split as read
+      (counting every episode, skipped ones included, as `qlearning_dataset`'s
+      `episode_ids` do, so an index names the same source episode whatever
+      was left out), the decoded episode, and how it ended ("terminated",
+      "truncated", "cut_short").
     """
     check_cut_short(cut_short)
     too_short = 0
-    for episode in reader.episodes(split):
+    for index, episode in enumerate(episodes_of(reader, split, encoded_images)):
         end = episode_end(episode)
         if end == "cut_short":
             report.cut_short += 1
@@ -174,7 +200,7 @@ def source_episodes(
             too_short += 1
             report.skipped += 1
             continue
-        yield episode, end
+        yield index, episode, end
     if report.cut_short:
         verb = "left out" if cut_short == "drop" else "exported as truncated"
         episodes = counted(report.cut_short, "episode")
@@ -185,6 +211,16 @@ def source_episodes(
             f"{counted(too_short, 'episode')} of fewer than {min_steps} RLDS steps (no "
             f"transition) {'was' if too_short == 1 else 'were'} skipped"
         )
+
+
+def episodes_of(reader: Any, split: str, encoded_images: bool = False) -> Iterator[Any]:
+    """The decoded episodes of `split`; with `encoded_images`, images stay PNG/JPEG bytes."""
+    if not encoded_images:
+        yield from reader.episodes(split)
+        return
+    keys = [leaf.key for leaf in reader.features.step_leaves if leaf.is_image]
+    for where, data in reader.episodes(split).records():
+        yield reader.decode(data, where, encoded=keys)
 
 
 def value_at(tree: Mapping[str, Any], path: Sequence[str]) -> Any:
@@ -228,14 +264,18 @@ def text(value: Any) -> Any:
 
 
 def check_one_reward(reader: Any, consumer: str) -> None:
-    """Refuses a dict of rewards (a multi-agent joint dataset) for single-agent consumers.
+    """Refuses rewards a single-agent consumer cannot take as one number per step.
+
+    A reward of one element in any shape (RWRL's `(1,)`) is taken as that
+    number (`step_rewards` squeezes it); a dict of rewards (a multi-agent
+    joint dataset) or a reward of several elements is refused by field name.
 
     Args:
       reader: the source `DatasetReader`.
       consumer: the target's name, for the message.
 
     Raises:
-      SpecError: if `steps/reward` is a dict.
+      SpecError: if `steps/reward` is a dict or holds more than one number.
     """
     leaves = [leaf for leaf in reader.features.step_leaves if leaf.path[1] == "reward"]
     if len(leaves) > 1 or any(len(leaf.path) > 2 for leaf in leaves):
@@ -245,6 +285,26 @@ def check_one_reward(reader: Any, consumer: str) -> None:
             "(a multi-agent joint-layout dataset? record single-agent consumers' data with "
             "layout='per_agent', or sum or pick one reward first)"
         )
+    if leaves and leaves[0].size != 1:
+        raise SpecError(
+            f"steps/reward: {leaves[0].describe()}; {consumer} takes one scalar reward per "
+            "step: sum or pick one reward first"
+        )
+
+
+def step_rewards(reward: Any, t: int) -> np.ndarray:
+    """The first `t` rewards as a vector of `t` numbers (a one-element reward squeezed).
+
+    Args:
+      reward: a decoded `steps/reward` column (`check_one_reward` passed), or None.
+      t: the number of transitions.
+
+    Returns:
+      `(t,)` rewards in their stored dtype (float32 zeros without a reward).
+    """
+    if reward is None:
+        return np.zeros(t, np.float32)
+    return np.asarray(reward)[:t].reshape(t)
 
 
 def info_columns(steps: Mapping[str, Any], n: int, terminated: bool) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import DecodeError, UnsupportedFeatureError
-from rlds_writer.read.images import check_field, decode_image
+from rlds_writer.read.images import check_field, check_stored, decode_image
 from rlds_writer.read.nest import map_tree, put
 from rlds_writer.store.features import wire
 from rlds_writer.store.features.features import BYTES, TEXT, ZLIB, Features, Leaf
@@ -129,7 +129,13 @@ class Decoder:
             return 0
         return wire.count_values(buf, located) // self._per_step(leaf)
 
-    def decode(self, buf: bytes, where: str = "", lazy: Container[str] = ()) -> dict[str, Any]:
+    def decode(
+        self,
+        buf: bytes,
+        where: str = "",
+        lazy: Container[str] = (),
+        encoded: Container[str] = (),
+    ) -> dict[str, Any]:
         """Decodes one serialized episode.
 
         Args:
@@ -137,6 +143,9 @@ class Decoder:
           where: `file, record i`, for error messages.
           lazy: keys of step fields to give as `LazySteps` (each step decoded
             when it is asked for, nothing kept) instead of whole arrays.
+          encoded: keys of `Image` step fields to give as their stored PNG/JPEG
+            bytes (an object array, one value per step), each checked from its
+            header as `decode_image` checks it, nothing decoded.
 
         Returns:
           The episode as a nested dict of numpy arrays.
@@ -152,7 +161,9 @@ class Decoder:
         num_steps = None
         for leaf in self.step_leaves:
             try:
-                if leaf.key in lazy and not leaf.dynamic:
+                if leaf.key in encoded and leaf.is_image and not leaf.dynamic:
+                    value = self._encoded_images(buf, located.get(leaf.key), leaf)
+                elif leaf.key in lazy and not leaf.dynamic:
                     value = self._lazy_steps(buf, located.get(leaf.key), leaf, where)
                 elif leaf.dynamic:
                     value = self._decode_dynamic(buf, located, leaf, True)
@@ -263,6 +274,16 @@ class Decoder:
             items = [decode_image(x, leaf) for x in values]
             return _stack(leaf.key, items, leaf.shape, leaf.dtype)
         raise UnsupportedFeatureError(f"{leaf.key}: kind {kind}")
+
+    def _encoded_images(self, buf: bytes, loc: tuple[int, int, int] | None, leaf: Leaf) -> Any:
+        values = self._strings(buf, loc, leaf)
+        if leaf.shape[0] is None or leaf.shape[1] is None:
+            check_field(values, leaf)
+        for value in values:
+            check_stored(value, leaf)
+        column = np.empty(len(values), object)
+        column[:] = values
+        return column
 
     def _lazy_steps(
         self, buf: bytes, loc: tuple[int, int, int] | None, leaf: Leaf, where: str

@@ -122,6 +122,29 @@ def check_image(data: bytes, leaf: Leaf) -> str:
     return _header(data, leaf)[0]
 
 
+def check_stored(data: bytes, leaf: Leaf) -> bool:
+    """Checks a stored value from its header alone; True if it is the image as it decodes.
+
+    For a value handed on as its stored bytes (a Hugging Face `Image`): it
+    must pass the checks `decode_image` makes before decoding (format, size,
+    limits), and it is the feature's image as is when a plain decoder (Pillow)
+    gives exactly the feature's dtype and channels from it: an 8-bit grey,
+    RGB or RGBA PNG, or a grey or colour JPEG, for a uint8 feature of 1, 3 or
+    4 channels. Otherwise (palette or 16-bit PNGs, a channel count TensorFlow
+    converts) the caller decodes it with `decode_image`.
+
+    Raises:
+      DecodeError: as `decode_image`, for what it would refuse before decoding.
+    """
+    fmt, depth, _ = _header(data, leaf)
+    channels = leaf.shape[-1]
+    if leaf.dtype != np.uint8 or depth != 8 or channels not in (1, 3, 4):
+        return False
+    if fmt == "png":
+        return data[25] == {1: 0, 3: 2, 4: 6}[channels]  # IHDR colour type
+    return channels != 4 and _jpeg_header(data)[2] == channels
+
+
 def _header(data: bytes, leaf: Leaf) -> tuple[str, int, int]:
     """(format, bit depth, decoded bytes) of a value, checked against the feature.
 

@@ -26,7 +26,7 @@ import bisect
 import functools
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -258,9 +258,15 @@ class DatasetReader:
         """Number of steps in a split spec (reads the records, decodes nothing)."""
         return self.episodes(split).num_steps
 
-    def decode(self, record: bytes, where: str = "<record>") -> dict[str, Any]:
-        """Decodes one serialized episode with this dataset's features."""
-        return self._decoder.decode(record, where)
+    def decode(
+        self, record: bytes, where: str = "<record>", encoded: Container[str] = ()
+    ) -> dict[str, Any]:
+        """Decodes one serialized episode with this dataset's features.
+
+        `encoded` names `Image` step fields (`steps/observation/rgb`) to give
+        as their stored PNG/JPEG bytes, checked but not decoded.
+        """
+        return self._decoder.decode(record, where, encoded=encoded)
 
 
 class Episodes(Sequence):

@@ -137,3 +137,117 @@ def test_dict_and_image_observations_become_dict_and_image_features(tmp_path):
             )
             row += 1
     assert row == len(train)
+
+
+# --------------------------------------- datasets TFDS wrote (RL Unplugged's layouts)
+
+
+def _stored_images(path):
+    """Each episode's stored PNG/JPEG observation bytes, as TFDS reads them undecoded."""
+    import tensorflow_datasets as tfds
+
+    builder = tfds.builder_from_directory(str(path))
+    skip = {"steps": {"observation": tfds.decode.SkipDecoding()}}
+    ds = builder.as_dataset(split="train", decoders=skip)
+    return [[bytes(step["observation"].numpy()) for step in episode["steps"]] for episode in ds]
+
+
+def _parquet_image_bytes(dest, column):
+    import pyarrow.parquet as pq
+
+    files = sorted((dest / "transitions").glob("*.parquet"))
+    return [row["bytes"] for f in files for row in pq.read_table(f).column(column).to_pylist()]
+
+
+def test_one_channel_atari_frames_export_as_grey_images_with_their_stored_png(tmp_path, capsys):
+    from helpers_rlu import write_atari_like
+
+    write_atari_like(tmp_path / "rlds", [4, 3])
+    dest = tmp_path / "hf"
+    assert cli.main(["export", "--to", "hf", str(tmp_path / "rlds"), str(dest)]) == 0, (
+        capsys.readouterr().err
+    )
+    assert "2 episodes (5 transitions" in capsys.readouterr().out
+    train = datasets.load_dataset(str(dest), cache_dir=str(tmp_path / "cache"))["train"]
+    assert isinstance(train.features["observation"], datasets.Image)
+    originals = list(rlds_writer.open_dataset(tmp_path / "rlds").episodes("train"))
+    frames = [o["steps"]["observation"] for o in originals]
+    expected = [f[t] for f in frames for t in range(len(f) - 1)]
+    following = [f[t + 1] for f in frames for t in range(len(f) - 1)]
+    assert len(train) == len(expected) == 5
+    for row, now, after in zip(train, expected, following, strict=True):
+        assert row["observation"].mode == "L"  # one channel: a grey image, (H, W)
+        np.testing.assert_array_equal(np.asarray(row["observation"]), now[:, :, 0])
+        np.testing.assert_array_equal(np.asarray(row["next_observation"]), after[:, :, 0])
+    # The PNGs TFDS stored are handed on byte for byte, not decoded and encoded again.
+    stored = _stored_images(tmp_path / "rlds")
+    assert _parquet_image_bytes(dest, "observation") == [s for e in stored for s in e[:-1]]
+    assert _parquet_image_bytes(dest, "next_observation") == [s for e in stored for s in e[1:]]
+
+
+@pytest.mark.parametrize("encoding", ["png", "jpeg"])
+def test_colour_frames_keep_their_stored_png_or_jpeg_bytes(tmp_path, encoding):
+    from helpers_rlu import write_atari_like
+
+    write_atari_like(tmp_path / "rlds", [3, 2], channels=3, encoding=encoding)
+    dest = tmp_path / "hf"
+    rlds_writer.interop.export.export_hf(tmp_path / "rlds", dest)
+    stored = _stored_images(tmp_path / "rlds")
+    assert stored[0][0][:3] == (b"\x89PN" if encoding == "png" else b"\xff\xd8\xff")
+    assert _parquet_image_bytes(dest, "observation") == [s for e in stored for s in e[:-1]]
+    train = datasets.load_dataset(str(dest), cache_dir=str(tmp_path / "cache"))["train"]
+    originals = list(rlds_writer.open_dataset(tmp_path / "rlds").episodes("train"))
+    first = np.asarray(train[0]["observation"])
+    assert first.shape == (84, 84, 3)
+    if encoding == "png":
+        np.testing.assert_array_equal(first, originals[0]["steps"]["observation"][0])
+
+
+def test_recorded_one_channel_frames_from_config_from_env_export(tmp_path):
+    """`config_from_env` stores uint8 (H, W, 1) observations as PNG `Image`s."""
+    from helpers_envs import Grey
+
+    env = rlds_writer.RecordRLDS(Grey(), tmp_path / "rlds")
+    for seed in range(2):
+        env.reset(seed=seed)
+        for _ in range(3):
+            env.step(0)
+    env.close()
+    leaves = rlds_writer.open_dataset(tmp_path / "rlds").features.step_leaves
+    assert {leaf.key: leaf.class_name for leaf in leaves}["steps/observation"] == "Image"
+    rlds_writer.interop.export.export_hf(tmp_path / "rlds", tmp_path / "hf")
+    train = datasets.load_dataset(str(tmp_path / "hf"), cache_dir=str(tmp_path / "cache"))
+    originals = list(rlds_writer.open_dataset(tmp_path / "rlds").episodes("train"))
+    np.testing.assert_array_equal(
+        np.asarray(train["train"][1]["next_observation"]),
+        originals[0]["steps"]["observation"][2][:, :, 0],
+    )
+
+
+def test_every_episode_has_a_row_and_an_index_that_names_it_in_both_tables(tmp_path):
+    """One-step episodes are in the episodes table; a dropped episode leaves a gap."""
+    from helpers_rlu import write_atari_like
+
+    ends = ["terminated", "truncated", "cut_short", "terminated", "truncated"]
+    write_atari_like(tmp_path / "rlds", [3, 1, 4, 2, 1], ends=ends, channels=3)
+    dest = tmp_path / "hf"
+    report = rlds_writer.interop.export.export_hf(tmp_path / "rlds", dest, cut_short="drop")
+    assert (report.episodes, report.transitions, report.skipped) == (4, 3, 1)
+    cache = str(tmp_path / "cache")
+    episodes = list(datasets.load_dataset(str(dest), "episodes", cache_dir=cache)["train"])
+    assert [(e["episode_index"], e["num_transitions"], e["end"]) for e in episodes] == [
+        (0, 2, "terminated"),
+        (1, 0, "truncated"),
+        (3, 1, "terminated"),
+        (4, 0, "truncated"),
+    ]
+    assert [e["episode_id"] for e in episodes] == [100, 101, 103, 104]
+    train = datasets.load_dataset(str(dest), cache_dir=cache)["train"]
+    q = rlds_writer.open_dataset(tmp_path / "rlds").episodes("train")
+    q = q.qlearning_dataset(cut_short="drop")
+    assert train["episode_index"] == list(q["episode_ids"]) == [0, 0, 3]
+    # One file per episode written: the indices stay the source's.
+    rlds_writer.interop.export.export_hf(tmp_path / "rlds", tmp_path / "hf1", episodes_per_file=1)
+    assert len(list((tmp_path / "hf1" / "episodes").glob("*.parquet"))) == 5
+    rows = list(datasets.load_dataset(str(tmp_path / "hf1"), "episodes", cache_dir=cache)["train"])
+    assert [r["episode_index"] for r in rows] == [0, 1, 2, 3, 4]

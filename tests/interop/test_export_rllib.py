@@ -167,3 +167,99 @@ def test_dict_observations_go_to_the_episodes_layout_not_columns(tmp_path, capsy
     assert cli.main(["convert", "--from", "rllib-episodes", str(tmp_path / "eps"), str(back)]) == 0
     steps = next(iter(rlds_writer.open_dataset(back).episodes("train")))["steps"]
     np.testing.assert_array_equal(steps["observation"]["pos"], [[0, 0], [1, 1]])
+
+
+# --------------------------------------- datasets TFDS wrote (RL Unplugged's layouts)
+
+
+def _items(dest):
+    import msgpack
+    import msgpack_numpy
+    import pyarrow.parquet as pq
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    return [
+        SingleAgentEpisode.from_state(
+            msgpack.unpackb(item, object_hook=msgpack_numpy.decode, strict_map_key=False)
+        )
+        for file in sorted(dest.glob("*.parquet"))
+        for item in pq.read_table(file).column("item").to_pylist()
+    ]
+
+
+def test_rwrl_rewards_of_shape_one_export_as_numbers_in_both_layouts(tmp_path, capsys):
+    import pyarrow.parquet as pq
+    from helpers_rlu import write_rwrl_like
+
+    write_rwrl_like(tmp_path / "rlds", [4, 3])
+    originals = list(rlds_writer.open_dataset(tmp_path / "rlds").episodes("train"))
+    assert originals[0]["steps"]["reward"].shape == (4, 1)
+    argv = ["export", "--to", "rllib-episodes", str(tmp_path / "rlds"), str(tmp_path / "ep")]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    episodes = _items(tmp_path / "ep")
+    assert len(episodes) == 2
+    for original, episode in zip(originals, episodes, strict=True):
+        steps = original["steps"]
+        rewards = episode.get_rewards()
+        assert all(isinstance(r, float) for r in rewards)
+        np.testing.assert_allclose(rewards, steps["reward"][:-1, 0])
+        positions = np.stack([o["position"] for o in episode.get_observations()])
+        np.testing.assert_array_equal(positions, steps["observation"]["position"])
+
+    # RLlib's column layout takes dict observations in neither case; a flat one does.
+    flat = tmp_path / "flat"
+    import tensorflow_datasets as tfds
+    from helpers_core import EpisodeSpec, write_with_tfds
+    from tensorflow_datasets.rlds import rlds_base
+
+    config = rlds_base.DatasetConfig(
+        name="rwrl_flat",
+        observation_info=tfds.features.Tensor(shape=(3,), dtype=np.float32),
+        action_info=tfds.features.Tensor(shape=(2,), dtype=np.float32),
+        reward_info=tfds.features.Tensor(shape=(1,), dtype=np.float32),
+        discount_info=tfds.features.Tensor(shape=(1,), dtype=np.float32),
+    )
+    rewards = [np.array([0.25 * t], np.float32) for t in range(3)]
+    write_with_tfds(
+        flat,
+        config,
+        [
+            EpisodeSpec(
+                observations=[np.full(3, t, np.float32) for t in range(4)],
+                actions=[np.zeros(2, np.float32)] * 3,
+                rewards=rewards,
+                discounts=[np.ones(1, np.float32)] * 3,
+            )
+        ],
+    )
+    rlds_writer.interop.export.export_rllib(flat, tmp_path / "cols", layout="columns")
+    table = pq.read_table(next((tmp_path / "cols").glob("*.parquet")))
+    assert table.column("rewards").to_pylist() == [0.0, 0.25, 0.5]
+
+
+def test_a_reward_of_several_numbers_is_refused_by_name(tmp_path, capsys):
+    from helpers_rlu import write_rwrl_like
+
+    write_rwrl_like(tmp_path / "rlds", [3], reward_shape=(2,))
+    argv = ["export", "--to", "rllib-episodes", str(tmp_path / "rlds"), str(tmp_path / "ep")]
+    assert cli.main(argv) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "steps/reward: float32[2]" in lines[0], lines
+    assert "one scalar reward per step" in lines[0]
+    assert not (tmp_path / "ep").exists()
+
+
+def test_episode_ids_name_the_source_episode_when_one_is_left_out(tmp_path):
+    from helpers_rlu import write_atari_like
+
+    ends = ["terminated", "cut_short", "truncated", "terminated"]
+    # Without RL Unplugged's episode_id field (which would name them), ids are indices.
+    write_atari_like(tmp_path / "rlds", [3, 4, 1, 2], ends=ends, channels=3, episode_fields=False)
+    report = rlds_writer.interop.export.export_rllib(
+        tmp_path / "rlds", tmp_path / "ep", cut_short="drop"
+    )
+    assert (report.episodes, report.skipped) == (2, 2)
+    ids = [episode.id_ for episode in _items(tmp_path / "ep")]
+    assert ids == ["atari_like-0", "atari_like-3"]
+    q = rlds_writer.open_dataset(tmp_path / "rlds").episodes("train")
+    assert sorted(set(q.qlearning_dataset(cut_short="drop")["episode_ids"])) == [0, 3]

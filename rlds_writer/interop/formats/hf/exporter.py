@@ -8,15 +8,26 @@ configurations), and it can be pushed to the Hub as is:
   `step_index`, `observation`, `action`, `reward`, `discount`,
   `next_observation`, `terminated`, `truncated`, and each step metadata field
   under its RLDS name (the values recorded with observation `t`);
-* `episodes`: one row per episode: `episode_index`, `num_transitions`,
-  `end` ("terminated", "truncated", "cut_short") and every episode-level field.
+* `episodes`: one row per episode, one-step episodes (no transition)
+  included: `episode_index`, `num_transitions`, `end` ("terminated",
+  "truncated", "cut_short") and every episode-level field.
+
+`episode_index` is the episode's position in the exported split of the
+source, counting every episode (as `qlearning_dataset`'s `episode_ids`): it
+names the same episode in both tables, and an episode left out
+(`cut_short="drop"`) leaves a gap rather than shifting the ones after it.
 
 Features follow the RLDS features: scalars are `Value`s, vectors `List`s of
-their length, higher ranks `Array2D`..`Array5D`, images `Image`s (PNG), text
-`Value("string")`, dicts stay dicts. The files are written with `datasets`'
-own `ParquetWriter`, so they carry the features; at most
-`episodes_per_file` episodes per file, written in batches (memory bounded by
-about one episode plus one batch).
+their length, higher ranks `Array2D`..`Array5D`, text `Value("string")`,
+dicts stay dicts. uint8 `Image`s of 1, 3 or 4 channels are `Image`s: the
+stored PNG or JPEG bytes go into the Parquet files as they are (each checked
+from its header first); a value a plain decoder would not read as the
+feature's image (a palette PNG, a grey frame of a colour feature) is decoded
+and written as PNG. One-channel images load as Pillow "L" images, `(H, W)`
+arrays. Other images (uint16, float32) are arrays of their shape. The files
+are written with `datasets`' own `ParquetWriter`, so they carry the
+features; at most `episodes_per_file` episodes per file, an episode's
+transitions written as one batch (memory bounded by about one episode).
 """
 
 from __future__ import annotations
@@ -36,20 +47,26 @@ from rlds_writer.interop.export import (
     episode_metadata,
     needs_libraries,
     new_output_directory,
+    numbered_episodes,
     open_source,
-    source_episodes,
     text,
 )
-from rlds_writer.read.nest import rows
+from rlds_writer.read.images import check_stored, decode_image
+from rlds_writer.read.nest import flatten, put, rows
 from rlds_writer.read.transitions import episode_transitions
 
 _ARRAYS = {2: "Array2D", 3: "Array3D", 4: "Array4D", 5: "Array5D"}
 
 
+def is_hf_image(leaf: Any) -> bool:
+    """Whether an RLDS field is a Hugging Face `Image` (uint8, 1, 3 or 4 channels)."""
+    return leaf.is_image and leaf.dtype == np.uint8 and leaf.shape[-1] in (1, 3, 4, None)
+
+
 def _leaf_feature(leaf: Any) -> Any:
     import datasets
 
-    if leaf.is_image:
+    if is_hf_image(leaf):
         return datasets.Image()
     if leaf.dtype == np.object_:
         if leaf.shape:
@@ -132,6 +149,52 @@ def _python(value: Any) -> Any:
     return text(value)
 
 
+def _png(image: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(image[:, :, 0] if image.shape[-1] == 1 else image).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _image_values(column: Any, leaf: Any) -> list[dict[str, Any]]:
+    """A column of stored image bytes as `datasets.Image` values, the bytes kept where they can."""
+    values = []
+    for data in column:
+        if not check_stored(data, leaf):
+            data = _png(decode_image(data, leaf))
+        values.append({"bytes": data, "path": None})
+    return values
+
+
+def _image_leaves(reader: Any) -> dict[tuple, Any]:
+    """The `Image` fields by their path in a transition row (`next_observation` too)."""
+    images = {}
+    for leaf in reader.features.step_leaves:
+        if is_hf_image(leaf):
+            images[leaf.path[1:]] = leaf
+            if leaf.path[1] == "observation":
+                images[("next_observation", *leaf.path[2:])] = leaf
+    return images
+
+
+def _columns(tree: Mapping[str, Any], images: Mapping[tuple, Any]) -> dict[str, Any]:
+    """A transition batch's columns with images as `Image` values and text as str."""
+    out: dict[str, Any] = {}
+    for path, column in flatten(tree):
+        leaf = images.get(path)
+        if leaf is not None:
+            value = _image_values(column, leaf)
+        elif isinstance(column, np.ndarray) and column.dtype == object:
+            value = text(column)
+        else:
+            value = column
+        put(out, path, value)
+    return out
+
+
 _CARD = """---
 configs:
 - config_name: transitions
@@ -169,18 +232,19 @@ class _Tables:
         self.writers: dict[str, Any] = {}
         self.files = 0
 
-    def write(self, index: int, transitions: list[dict], episode: dict) -> None:
+    def write(self, count: int, transitions: dict[str, list], episode: dict) -> None:
+        """Writes the `count`-th episode written (from 0): its transitions and its row."""
         from datasets.arrow_writer import ParquetWriter
 
-        if index % self.episodes_per_file == 0:
+        if count % self.episodes_per_file == 0:
             self.close()
             for table, features in self.features.items():
                 (self.directory / table).mkdir(exist_ok=True)
                 path = self.directory / table / f"{self.split}-{self.files:05d}.parquet"
                 self.writers[table] = ParquetWriter(features=features, path=str(path))
             self.files += 1
-        for row in transitions:
-            self.writers["transitions"].write(row)
+        if transitions:
+            self.writers["transitions"].write_batch(transitions)
         self.writers["episodes"].write(episode)
 
     def close(self) -> None:
@@ -230,10 +294,12 @@ def export(
     report = ExportReport(source=os.fspath(src), destination=os.fspath(dest), format="hf")
     tables = _Tables(directory, hf_split, features, episodes_per_file)
     try:
-        episodes = source_episodes(reader, split, report, cut_short=cut_short)
-        for episode, end in tqdm(episodes, desc="export", unit="ep", disable=not progress):
+        images = _image_leaves(reader)
+        episodes = numbered_episodes(
+            reader, split, report, cut_short=cut_short, min_steps=1, encoded_images=bool(images)
+        )
+        for index, episode, end in tqdm(episodes, desc="export", unit="ep", disable=not progress):
             batch = episode_transitions(episode, cut_short="truncated")
-            index = report.episodes
             columns = {
                 "observation": batch["observation"],
                 "reward": batch["reward"],
@@ -246,13 +312,20 @@ def export(
             if batch["action"] is not None:
                 columns["action"] = batch["action"]
             t = len(batch["terminated"])
-            rows_ = [
-                {"episode_index": index, "step_index": i, **_python(row)}
-                for i, row in enumerate(rows(columns))
-            ]
+            transitions = {}
+            if t:
+                columns = _columns(columns, images)
+                transitions = {
+                    "episode_index": [index] * t,
+                    "step_index": list(range(t)),
+                    **{
+                        name: list(value) if not isinstance(value, Mapping) else rows(value)
+                        for name, value in columns.items()
+                    },
+                }
             summary = {"episode_index": index, "num_transitions": t, "end": end}
             summary.update(_python(episode_metadata(episode)))
-            tables.write(index, rows_, summary)
+            tables.write(report.episodes, transitions, summary)
             report.episodes += 1
             report.transitions += t
             if end == "terminated":

@@ -18,6 +18,8 @@ Mapping of an RLDS episode of `n` steps (`T = n - 1` transitions):
 
 * observations: all `n` (the final step's is the last one); actions and
   rewards of steps `0..T-1`;
+* rewards: one number per step; a one-element reward (RWRL's `(1,)`) is that
+  number, a larger one is refused by name;
 * `is_terminated` is the final step's `is_terminal`; otherwise the episode is
   `is_truncated` (time limits, and episodes the recorder cut short when kept:
   RLlib's episode input requires finished episodes);
@@ -26,7 +28,10 @@ Mapping of an RLDS episode of `n` steps (`T = n - 1` transitions):
   (as `rlds-writer convert --from rllib-episodes` and `RLDSRecorder` store
   them) become the episode's extra model outputs;
 * episode id: the `episode_id` field if the dataset has one, else
-  `<dataset name>-<index>`; `agent_id`, `module_id`, `t_started` likewise;
+  `<dataset name>-<index>`, the index being the episode's position in the
+  exported split of the source (skipped episodes counted, so it names the
+  same episode as `qlearning_dataset`'s `episode_ids` and the `hf` export);
+  `agent_id`, `module_id`, `t_started` likewise;
   every other episode field goes to `custom_data["rlds"]` (episodes layout);
 * spaces: given ones, else the ones the dataset recorded (as text), else
   built from the features, as for Minari (`export_spaces`); no env is made.
@@ -57,8 +62,9 @@ from rlds_writer.interop.export import (
     needs_libraries,
     new_output_directory,
     num_steps,
+    numbered_episodes,
     open_source,
-    source_episodes,
+    step_rewards,
     text,
 )
 from rlds_writer.interop.export_spaces import export_spaces
@@ -130,7 +136,7 @@ def _episode(
         infos=[_plain(i) for i in infos],
         actions=_per_step(_head(steps["action"], t), t),
         action_space=action_space,
-        rewards=[float(r) for r in (reward[:t] if reward is not None else np.zeros(t))],
+        rewards=[float(r) for r in step_rewards(reward, t)],
         terminated=terminated,
         truncated=not terminated,
         extra_model_outputs={str(k): list(_head(v, t)) for k, v in (extra or {}).items()},
@@ -288,12 +294,12 @@ def export(
     report.notes.extend(notes)
     files = _ParquetFiles(directory)
     try:
-        episodes = source_episodes(reader, split, report, cut_short=cut_short)
-        for episode, end in tqdm(episodes, desc="export", unit="ep", disable=not progress):
+        episodes = numbered_episodes(reader, split, report, cut_short=cut_short)
+        for index, episode, end in tqdm(episodes, desc="export", unit="ep", disable=not progress):
             if report.episodes and report.episodes % episodes_per_file == 0:
                 files.new_file()
             rllib_episode = _episode(
-                episode, end, report.episodes, reader.name, observation_space, action_space
+                episode, end, index, reader.name, observation_space, action_space
             )
             if layout == "episodes":
                 import msgpack
