@@ -38,7 +38,7 @@ class Rover(gym.Env):
 
 
 class Grey(gym.Env):
-    """One-channel uint8 Atari frames `(84, 84, 1)` (what `config_from_env` stores as a PNG `Image`).
+    """One-channel uint8 frames `(84, 84, 1)`, as Atari's (`config_from_env` makes them PNGs).
 
     Truncates after 3 steps through its own counter; Discrete(2) actions.
     """
