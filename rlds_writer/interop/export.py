@@ -166,7 +166,7 @@ def numbered_episodes(
     *,
     cut_short: str = "truncated",
     min_steps: int = 2,
-    encoded_images: bool = False,
+    encoded: Sequence[str] = (),
 ) -> Iterator[tuple[int, dict[str, Any], str]]:
     """Yields `(index, episode, end)` for each episode to export, one at a time.
 
@@ -176,9 +176,9 @@ def numbered_episodes(
       report: counts dropped and skipped episodes.
       cut_short: "truncated" or "drop".
       min_steps: episodes with fewer RLDS steps are skipped (and counted).
-      encoded_images: give `Image` fields as their stored PNG/JPEG bytes
-        (object arrays, each value's header checked against the feature)
-        instead of decoding them (`episodes_of`).
+      encoded: keys of `Image` step fields to give as their stored PNG/JPEG
+        bytes (object arrays, each value's header checked against the
+        feature) instead of decoding them.
 
     Yields:
       `(index, episode, end)`: the episode's position in the split as read
@@ -189,7 +189,7 @@ def numbered_episodes(
     """
     check_cut_short(cut_short)
     too_short = 0
-    for index, episode in enumerate(episodes_of(reader, split, encoded_images)):
+    for index, episode in enumerate(_episodes(reader, split, encoded)):
         end = episode_end(episode)
         if end == "cut_short":
             report.cut_short += 1
@@ -213,14 +213,13 @@ def numbered_episodes(
         )
 
 
-def episodes_of(reader: Any, split: str, encoded_images: bool = False) -> Iterator[Any]:
-    """The decoded episodes of `split`; with `encoded_images`, images stay PNG/JPEG bytes."""
-    if not encoded_images:
+def _episodes(reader: Any, split: str, encoded: Sequence[str]) -> Iterator[Any]:
+    """The decoded episodes of `split`, the `encoded` image fields as stored bytes."""
+    if not encoded:
         yield from reader.episodes(split)
         return
-    keys = [leaf.key for leaf in reader.features.step_leaves if leaf.is_image]
     for where, data in reader.episodes(split).records():
-        yield reader.decode(data, where, encoded=keys)
+        yield reader.decode(data, where, encoded=encoded)
 
 
 def value_at(tree: Mapping[str, Any], path: Sequence[str]) -> Any:
@@ -263,19 +262,23 @@ def text(value: Any) -> Any:
     return value
 
 
-def check_one_reward(reader: Any, consumer: str) -> None:
-    """Refuses rewards a single-agent consumer cannot take as one number per step.
+def check_one_reward(reader: Any, consumer: str, scalar: bool = True) -> None:
+    """Refuses rewards a single-agent consumer cannot take.
 
-    A reward of one element in any shape (RWRL's `(1,)`) is taken as that
-    number (`step_rewards` squeezes it); a dict of rewards (a multi-agent
-    joint dataset) or a reward of several elements is refused by field name.
+    A dict of rewards (a multi-agent joint dataset) is refused; with
+    `scalar`, so is a reward of several elements, by field name, while a
+    reward of one element in any shape (RWRL's `(1,)`) is that number
+    (`step_rewards` squeezes it).
 
     Args:
       reader: the source `DatasetReader`.
       consumer: the target's name, for the message.
+      scalar: the consumer takes one number per step (RLlib; Minari keeps
+        vector rewards as they are).
 
     Raises:
-      SpecError: if `steps/reward` is a dict or holds more than one number.
+      SpecError: if `steps/reward` is a dict, or holds more than one number
+        and `scalar` is set.
     """
     leaves = [leaf for leaf in reader.features.step_leaves if leaf.path[1] == "reward"]
     if len(leaves) > 1 or any(len(leaf.path) > 2 for leaf in leaves):
@@ -285,7 +288,7 @@ def check_one_reward(reader: Any, consumer: str) -> None:
             "(a multi-agent joint-layout dataset? record single-agent consumers' data with "
             "layout='per_agent', or sum or pick one reward first)"
         )
-    if leaves and leaves[0].size != 1:
+    if scalar and leaves and leaves[0].size != 1:
         raise SpecError(
             f"steps/reward: {leaves[0].describe()}; {consumer} takes one scalar reward per "
             "step: sum or pick one reward first"

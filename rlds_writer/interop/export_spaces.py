@@ -12,9 +12,12 @@ imported, made with `gym.make` or called. So:
 * the env spec given to Minari (for `recover_environment()`) is the spec the
   exporting process registered under the dataset's env id, looked up in
   Gymnasium's registry (no `module:` import), with the recorded `kwargs` and
-  `max_episode_steps`; without one the export has no env spec. Only an
-  `env_id` the caller passes may name a module to import (`module:Env-v0`,
-  as `gym.make` reads it): that is the caller's code, not the dataset's.
+  `max_episode_steps`; for an env not registered here, the spec the dataset
+  recorded (`EnvSpec.to_json()` text), rebuilt field by field as data with
+  its entry points as text: the recipient's `recover_environment()` imports
+  them, if the recipient calls it. Only an `env_id` the caller passes may
+  name a module to import here (`module:Env-v0`, as `gym.make` reads it):
+  that is the caller's code, not the dataset's.
 """
 
 from __future__ import annotations
@@ -196,15 +199,105 @@ def _registered(env_id: str) -> Any:
     return registry.get(env_id.rsplit(":", 1)[-1])
 
 
+# The recorded spec text an export reads (what `EnvSpec.to_json()` gives is about 400 bytes).
+MAX_SPEC_TEXT = 64 << 10
+_FLAGS = ("nondeterministic", "order_enforce", "disable_env_checker")
+
+
+def _text_or_none(value: Any, where: str) -> str | None:
+    if value is None or (isinstance(value, str) and len(value) <= 1000):
+        return value
+    raise SpecError(f"{where}: expected text (at most 1000 characters) or null")
+
+
+def spec_from_text(text: str) -> Any:
+    """A Gymnasium `EnvSpec` built from recorded `EnvSpec.to_json()` text, as data only.
+
+    Only the fields `EnvSpec` has are read, each checked for its type; entry
+    points stay text (nothing is imported, made or called: `gym.make` on the
+    result would import them, and that is the recipient's choice). A
+    `module:` prefix on the id (an import instruction for `gym.make`) is
+    dropped.
+
+    Raises:
+      SpecError: for text that is not such a spec (too long, not JSON, a
+        field of the wrong type).
+    """
+    from gymnasium.envs.registration import EnvSpec, WrapperSpec
+
+    if len(text) > MAX_SPEC_TEXT:
+        raise SpecError(f"{len(text)} characters, over the {MAX_SPEC_TEXT} a spec may take")
+    try:
+        parsed = json.loads(text)
+    except ValueError as e:
+        raise SpecError(f"not JSON ({e})") from None
+    if not isinstance(parsed, dict):
+        raise SpecError(f"not a JSON object but {type(parsed).__name__}")
+    env_id = parsed.get("id")
+    if not isinstance(env_id, str) or not env_id.rsplit(":", 1)[-1]:
+        raise SpecError("no id")
+    fields: dict[str, Any] = {"id": _text_or_none(env_id.rsplit(":", 1)[-1], "id")}
+    for key in ("entry_point", "vector_entry_point"):
+        fields[key] = _text_or_none(parsed.get(key), key)
+    for key in _FLAGS:
+        if key in parsed:
+            if not isinstance(parsed[key], bool):
+                raise SpecError(f"{key}: expected true or false, got {parsed[key]!r}")
+            fields[key] = parsed[key]
+    steps = parsed.get("max_episode_steps")
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+        raise SpecError(f"max_episode_steps: expected a positive integer, got {steps!r}")
+    threshold = parsed.get("reward_threshold")
+    if threshold is not None and (
+        not isinstance(threshold, int | float) or isinstance(threshold, bool)
+    ):
+        raise SpecError(f"reward_threshold: expected a number, got {threshold!r}")
+    kwargs = parsed.get("kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise SpecError(f"kwargs: expected an object, got {type(kwargs).__name__}")
+    wrappers = []
+    for i, wrapper in enumerate(parsed.get("additional_wrappers") or []):
+        if not isinstance(wrapper, dict) or not all(
+            isinstance(wrapper.get(k), str) for k in ("name", "entry_point")
+        ):
+            raise SpecError(f"additional_wrappers[{i}]: expected a name and an entry point")
+        options = wrapper.get("kwargs")
+        if options is not None and not isinstance(options, dict):
+            raise SpecError(f"additional_wrappers[{i}].kwargs: expected an object or null")
+        wrappers.append(WrapperSpec(wrapper["name"], wrapper["entry_point"], options))
+    try:
+        spec = EnvSpec(**fields, max_episode_steps=steps, reward_threshold=threshold, kwargs=kwargs)
+    except Exception as e:  # noqa: BLE001 - Gymnasium's id parser raises its own errors
+        raise SpecError(f"not a Gymnasium env spec ({str(e)[:200]})") from None
+    spec.additional_wrappers = tuple(wrappers)
+    return spec
+
+
+def _recorded_spec_text(metadata: Mapping[str, Any]) -> str | None:
+    """The env spec text a dataset recorded: the recorders' `env_spec`, or a Minari one."""
+    for source in (metadata, metadata.get("minari")):
+        if isinstance(source, Mapping) and isinstance(source.get("env_spec"), str):
+            return source["env_spec"]
+    return None
+
+
 def env_spec(reader: Any, env_id: str | None = None) -> tuple[Any, list[str]]:
     """The Gymnasium `EnvSpec` to record with an export, and notes.
 
     Args:
       reader: the source `DatasetReader`.
       env_id: an env id from the caller; `module:Env-v0` imports `module`
-        first, as `gym.make` does. Else `metadata.json`'s `env_id` (what the
-        Gymnasium recorders write), else the id in the env spec of a dataset
-        converted from Minari; those are only looked up in the registry.
+        first, as `gym.make` does: the registered spec is used.
+
+    Without `env_id`: the env spec the dataset recorded (`metadata.json`'s
+    `env_spec`, which the Gymnasium recorders write as `EnvSpec.to_json()`
+    text, or the `env_spec` of a dataset converted from Minari), read as data
+    (`spec_from_text`). If this process registered its id, the registered
+    spec is used with the recorded `kwargs` and `max_episode_steps`; if not,
+    the recorded spec goes as recorded, entry points as text, for the
+    recipient to make (`recover_environment()`) or not. A dataset that
+    recorded only an env id (`metadata.json`'s `env_id`) gets the spec
+    registered under it, if any. Nothing the dataset names is imported or made.
 
     Returns:
       `(spec or None, notes)`.
@@ -229,29 +322,43 @@ def env_spec(reader: Any, env_id: str | None = None) -> tuple[Any, list[str]]:
         return spec, []
     metadata = reader.metadata or {}
     recorded = metadata.get("env_id")
-    recorded_spec: dict[str, Any] = {}
-    minari_spec = (metadata.get("minari") or {}).get("env_spec")
-    if not recorded and isinstance(minari_spec, str):
+    recorded = recorded.rsplit(":", 1)[-1] if isinstance(recorded, str) else None
+    text = _recorded_spec_text(metadata)
+    carried = None
+    notes: list[str] = []
+    if text is not None:
         try:
-            parsed = json.loads(minari_spec)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            recorded_spec = parsed
-            recorded = parsed.get("id")
-    if not isinstance(recorded, str) or not recorded:
-        return None, []
+            carried = spec_from_text(text)
+        except SpecError as e:
+            notes.append(f"the recorded env spec was not used: {e}")
+        if carried is not None and recorded and carried.id != recorded:
+            notes.append(
+                f"the recorded env spec names {carried.id[:100]!r}, the recorded env_id "
+                f"{recorded[:100]!r}: the env spec was not used"
+            )
+            carried = None
+        recorded = recorded or (carried.id if carried is not None else None)
+    if not recorded:
+        return None, notes
     spec = _registered(recorded)
+    if spec is None and carried is not None:
+        where = f"entry point {carried.entry_point!r}" if carried.entry_point else "no entry point"
+        return carried, [
+            *notes,
+            f"env {carried.id[:100]!r} is not registered in this process: its recorded env spec "
+            f"({where}) was exported as text; recover_environment() imports what it names, "
+            "where the recipient chooses to call it",
+        ]
     if spec is None:
         return None, [
+            *notes,
             f"env {recorded[:100]!r} is not registered in this process: no env spec was "
             "exported (recover_environment() needs one); pass env_id='module:Env-v0' "
-            "(--env-id) to import the package that registers it"
+            "(--env-id) to import the package that registers it",
         ]
     changes: dict[str, Any] = {}
-    if isinstance(recorded_spec.get("kwargs"), dict):
-        changes["kwargs"] = {**spec.kwargs, **recorded_spec["kwargs"]}
-    steps = recorded_spec.get("max_episode_steps")
-    if isinstance(steps, int) and not isinstance(steps, bool):
-        changes["max_episode_steps"] = steps
-    return (dataclasses.replace(spec, **changes) if changes else spec), []
+    if carried is not None:
+        changes["kwargs"] = {**spec.kwargs, **carried.kwargs}
+        if carried.max_episode_steps is not None:
+            changes["max_episode_steps"] = carried.max_episode_steps
+    return (dataclasses.replace(spec, **changes) if changes else spec), notes

@@ -415,6 +415,17 @@ OPTIONS_DOC = """
 
 
 def env_id(env: Any) -> dict[str, Any]:
-    """The Gymnasium id of a registered env (for `metadata.json`), if it has one."""
+    """The Gymnasium id and spec of a registered env (for `metadata.json`), if it has one.
+
+    `env_spec` is `EnvSpec.to_json()` text (id, entry point, kwargs, time
+    limit, wrappers), what Minari keeps for `recover_environment()`; left out
+    when the spec does not serialise (a callable entry point or argument).
+    Exports read it as data and never make the env.
+    """
     spec = getattr(env, "spec", None)
-    return {"env_id": spec.id} if spec is not None and getattr(spec, "id", None) else {}
+    if spec is None or not getattr(spec, "id", None):
+        return {}
+    try:
+        return {"env_id": spec.id, "env_spec": spec.to_json()}
+    except (TypeError, ValueError, AttributeError):
+        return {"env_id": spec.id}

@@ -251,3 +251,41 @@ def test_every_episode_has_a_row_and_an_index_that_names_it_in_both_tables(tmp_p
     assert len(list((tmp_path / "hf1" / "episodes").glob("*.parquet"))) == 5
     rows = list(datasets.load_dataset(str(tmp_path / "hf1"), "episodes", cache_dir=cache)["train"])
     assert [r["episode_index"] for r in rows] == [0, 1, 2, 3, 4]
+
+
+def test_sixteen_bit_depth_images_export_as_arrays_of_their_values(tmp_path):
+    """A uint16 `Image` (a depth camera) has no Hugging Face `Image` form: an array."""
+    import tensorflow_datasets as tfds
+    from helpers_core import EpisodeSpec, write_with_tfds
+    from tensorflow_datasets.rlds import rlds_base
+
+    config = rlds_base.DatasetConfig(
+        name="depth",
+        observation_info={
+            "depth": tfds.features.Image(shape=(6, 5, 1), dtype=np.uint16),
+            "rgb": tfds.features.Image(shape=(6, 5, 3), dtype=np.uint8),
+        },
+        action_info=np.int64,
+        reward_info=np.float32,
+    )
+    rng = np.random.default_rng(3)
+    observations = [
+        {
+            "depth": rng.integers(0, 65536, (6, 5, 1), dtype=np.uint16),
+            "rgb": rng.integers(0, 256, (6, 5, 3), dtype=np.uint8),
+        }
+        for _ in range(3)
+    ]
+    episode = EpisodeSpec(observations, [np.int64(0)] * 2, [np.float32(1)] * 2, [])
+    write_with_tfds(tmp_path / "rlds", config, [episode])
+    rlds_writer.interop.export.export_hf(tmp_path / "rlds", tmp_path / "hf")
+    train = datasets.load_dataset(str(tmp_path / "hf"), cache_dir=str(tmp_path / "cache"))
+    train = train["train"]
+    assert train.features["observation"]["depth"] == datasets.Array3D((6, 5, 1), "uint16")
+    assert isinstance(train.features["observation"]["rgb"], datasets.Image)
+    for t in range(2):
+        row = train[t]
+        np.testing.assert_array_equal(
+            row["next_observation"]["depth"], observations[t + 1]["depth"]
+        )
+        np.testing.assert_array_equal(np.asarray(row["observation"]["rgb"]), observations[t]["rgb"])

@@ -107,23 +107,38 @@ def _edit_metadata(path, **changes):
         {"env_id": "rlds_planted:Planted-v0"},
         {"minari": {"env_spec": _hostile_spec()}},
         {"minari": {"env_spec": _hostile_spec("rlds_planted:Planted-v0")}},
+        {"env_id": "Planted-v0", "env_spec": _hostile_spec()},
     ],
-    ids=["env_id", "minari_env_spec", "both"],
+    ids=["env_id", "minari_env_spec", "both", "recorded_env_spec"],
 )
 def test_exports_never_import_or_call_what_the_dataset_names(
     tmp_path, minari_root, planted, capsys, metadata
 ):
     _record_cartpole(tmp_path / "rlds")
-    _edit_metadata(tmp_path / "rlds", **{"env_id": None, **metadata})
+    _edit_metadata(tmp_path / "rlds", **{"env_id": None, "env_spec": None, **metadata})
 
     argv = ["export", "--to", "minari", str(tmp_path / "rlds"), "planted/run-v0"]
     assert cli.main(argv) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "is not registered in this process" in out and "no env spec" in out
+    assert "is not registered in this process" in out
     dataset = minari.load_dataset("planted/run-v0")
-    assert dataset.spec.env_spec is None
     written = minari_root / "planted" / "run-v0" / "data" / "metadata.json"
-    assert "rlds_planted" not in written.read_text()
+    if metadata.keys() == {"env_id"}:  # an id alone: nothing to carry
+        assert "no env spec" in out
+        assert dataset.spec.env_spec is None
+        assert "rlds_planted" not in written.read_text()
+    else:
+        # The recorded spec goes on as text, its entry points unimported: making the
+        # env (`recover_environment()`) is the recipient's call, not the export's.
+        assert "was exported as text" in out and "'rlds_planted:boom'" in out
+        spec = dataset.spec.env_spec
+        assert (spec.id, spec.entry_point, spec.max_episode_steps) == (
+            "Planted-v0",
+            "rlds_planted:boom",
+            7,
+        )
+        assert [w.entry_point for w in spec.additional_wrappers] == ["rlds_planted:boom"]
+        assert json.loads(json.loads(written.read_text())["env_spec"])["id"] == "Planted-v0"
     # The spaces are the ones the recorder wrote as text, exactly CartPole's.
     cartpole = gym.make("CartPole-v1")
     assert dataset.spec.observation_space == cartpole.observation_space
@@ -142,7 +157,9 @@ def test_a_minari_spec_of_a_registered_env_keeps_only_its_id_kwargs_and_limit(
     _record_cartpole(tmp_path / "rlds")
     spec = json.loads(_hostile_spec("CartPole-v1"))
     spec["kwargs"] = {"sutton_barto_reward": True}
-    _edit_metadata(tmp_path / "rlds", env_id=None, minari={"env_spec": json.dumps(spec)})
+    _edit_metadata(
+        tmp_path / "rlds", env_id=None, env_spec=None, minari={"env_spec": json.dumps(spec)}
+    )
     rlds_writer.interop.export.export_minari(tmp_path / "rlds", "cartpole/rec-v0")
     dataset = minari.load_dataset("cartpole/rec-v0")
     got = dataset.spec.env_spec
@@ -177,11 +194,12 @@ def test_convert_from_minari_keeps_a_hostile_env_spec_as_text_only(
     assert stored["action_space"] == "Discrete(2)"
     assert len(list(rlds_writer.open_dataset(back).episodes("train"))) == 2
 
-    # Exporting the converted dataset again takes only the spec's id (unregistered here).
+    # Exporting the converted dataset again carries the spec on as text (unregistered here).
     capsys.readouterr()
     assert cli.main(["export", "--to", "minari", str(back), "planted/again-v0"]) == 0
     assert "'Planted-v0' is not registered" in capsys.readouterr().out
-    assert minari.load_dataset("planted/again-v0").spec.env_spec is None
+    spec = minari.load_dataset("planted/again-v0").spec.env_spec
+    assert spec.entry_point == "rlds_planted:boom"
 
 
 def test_convert_from_minari_refuses_metadata_that_would_make_its_env(
@@ -270,6 +288,40 @@ def _fresh_export(*args, pythonpath=()):
     return result.stdout
 
 
+def test_the_recorded_env_spec_reaches_minari_so_the_recipient_can_make_the_env(
+    tmp_path, minari_root, custom_env, capsys
+):
+    """Recorded where the env was registered, exported where it is not, made by the recipient."""
+    env = rlds_writer.RecordRLDS(gym.make("RLDSCustom-v0", max_episode_steps=4), tmp_path / "rlds")
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(1)
+    env.close()
+    recorded = json.loads((tmp_path / "rlds" / "metadata.json").read_text())
+    assert json.loads(recorded["env_spec"])["entry_point"] == "rlds_custom_env:Custom"
+
+    gym.registry.pop("RLDSCustom-v0")  # the exporting process does not know the env
+    argv = ["export", "--to", "minari", str(tmp_path / "rlds"), "user/carried-v0"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert "its recorded env spec (entry point 'rlds_custom_env:Custom') was exported" in (
+        capsys.readouterr().out
+    )
+    dataset = minari.load_dataset("user/carried-v0")
+    spec = dataset.spec.env_spec
+    assert (spec.id, spec.entry_point, spec.max_episode_steps) == (
+        "RLDSCustom-v0",
+        "rlds_custom_env:Custom",
+        4,
+    )
+    # The recipient, whose Python can import the env's package, chooses to make it.
+    made = dataset.recover_environment()
+    assert made.spec.id == "RLDSCustom-v0" and made.spec.max_episode_steps == 4
+    assert made.action_space == gym.spaces.Discrete(4)
+    obs, _ = made.reset(seed=0)
+    assert obs["camera"].shape == (12, 10, 3)
+    made.close()
+
+
 # Slow: CLI exports from a fresh shell, loaded by Minari and RLlib (18 s under load).
 @pytest.mark.slow
 def test_an_unregistered_custom_env_exports_from_a_fresh_shell(tmp_path, minari_root, custom_env):
@@ -291,7 +343,8 @@ def test_an_unregistered_custom_env_exports_from_a_fresh_shell(tmp_path, minari_
     assert "3 episodes" in out and "'RLDSCustom-v0' is not registered" in out
     dataset = minari.load_dataset("user/custom-v0")
     assert (dataset.spec.observation_space, dataset.spec.action_space) == spaces
-    assert dataset.spec.env_spec is None
+    # The recorded spec, as text: the shell that exported it never imported the env.
+    assert dataset.spec.env_spec.entry_point == "rlds_custom_env:Custom"
     for original, episode in zip(originals, dataset.iterate_episodes(), strict=True):
         steps = original["steps"]
         for key in ("pos", "camera", "mode"):

@@ -180,6 +180,11 @@ def _image_leaves(reader: Any) -> dict[tuple, Any]:
     return images
 
 
+def _stored_keys(reader: Any) -> list[str]:
+    """The image fields read as their stored bytes (the Hugging Face `Image`s)."""
+    return [leaf.key for leaf in reader.features.step_leaves if is_hf_image(leaf)]
+
+
 def _columns(tree: Mapping[str, Any], images: Mapping[tuple, Any]) -> dict[str, Any]:
     """A transition batch's columns with images as `Image` values and text as str."""
     out: dict[str, Any] = {}
@@ -296,7 +301,7 @@ def export(
     try:
         images = _image_leaves(reader)
         episodes = numbered_episodes(
-            reader, split, report, cut_short=cut_short, min_steps=1, encoded_images=bool(images)
+            reader, split, report, cut_short=cut_short, min_steps=1, encoded=_stored_keys(reader)
         )
         for index, episode, end in tqdm(episodes, desc="export", unit="ep", disable=not progress):
             batch = episode_transitions(episode, cut_short="truncated")

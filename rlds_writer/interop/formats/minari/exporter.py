@@ -229,7 +229,7 @@ def export(
     observation_space, action_space, space_notes = export_spaces(
         reader, observation_space, action_space
     )
-    check_one_reward(reader, "Minari")
+    check_one_reward(reader, "Minari", scalar=False)
     metadata = _dataset_metadata(
         reader,
         dest,
