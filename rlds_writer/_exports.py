@@ -9,6 +9,7 @@ extra to install, never an error at import.
 from __future__ import annotations
 
 import importlib
+import types
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -56,7 +57,15 @@ def lazy_exports(
         return value
 
     def __dir__() -> list[str]:  # noqa: N807
-        return sorted(set(namespace) | set(exports) | set(submodules))
+        # The public names and the subpackages, and the module's dunders; not what
+        # the package imports for itself (`annotations`, `lazy_exports`, `os`, ...).
+        loaded = {
+            name
+            for name, value in namespace.items()
+            if isinstance(value, types.ModuleType) and value.__name__ == f"{package}.{name}"
+        }
+        dunders = {name for name in namespace if name.startswith("__") and name.endswith("__")}
+        return sorted({*exports, *submodules, *defined, *loaded, *dunders})
 
     hooks: dict[str, Callable[..., Any] | list[str]] = {
         "__getattr__": __getattr__,

@@ -72,6 +72,21 @@ def test_the_top_level_holds_the_first_hour_names_and_each_resolves():
     assert issubclass(rlds_writer.RLDSWriterError, Exception)
 
 
+@pytest.mark.parametrize("package", ("", *SUBPACKAGES))
+def test_dir_shows_public_names_and_subpackages_only(package):
+    module = importlib.import_module(f"rlds_writer.{package}".rstrip("."))
+    shown = {name for name in dir(module) if not (name.startswith("__") and name.endswith("__"))}
+    # Submodules show once imported, as in any package.
+    submodules = {
+        p.name.split(".")[0]
+        for p in Path(module.__file__).parent.iterdir()
+        if p.suffix in (".py", ".so") or (p / "__init__.py").exists()
+    }
+    stray = shown - set(module.__all__) - submodules
+    assert not stray, f"rlds_writer.{package}: stray names in dir(): {sorted(stray)}"
+    assert "annotations" not in dir(module)
+
+
 @pytest.mark.parametrize("package", SUBPACKAGES)
 def test_each_subpackage_lists_its_public_names_and_each_resolves(package):
     module = getattr(rlds_writer, package)  # subpackages load as attributes
