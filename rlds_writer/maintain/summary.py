@@ -15,6 +15,7 @@ from rlds_writer.errors import counted
 from rlds_writer.maintain.feature_tree import features_tree, render_features
 from rlds_writer.maintain.shard_walk import scan_shard
 from rlds_writer.store.dataset import Dataset, layout, locking, open_handle
+from rlds_writer.store.formats import shard_format
 
 
 def info(path: Dataset | str | os.PathLike, *, count_steps: bool = True) -> dict[str, Any]:
@@ -82,7 +83,7 @@ def info(path: Dataset | str | os.PathLike, *, count_steps: bool = True) -> dict
             "shards": len(lengths),
             "shard_lengths": lengths,
         }
-    quarantined = sorted(n for n in names if n.startswith(layout.QUARANTINE_PREFIX))
+    quarantined = sorted(n for n in names if n.startswith(shard_format.QUARANTINE_PREFIX))
     if problems:
         problems.append(
             "a writer is running" if writer else "run `rlds-writer recover` to list every episode"

@@ -18,7 +18,7 @@ import numpy as np
 
 from rlds_writer.errors import SpecError
 from rlds_writer.store.features import feature_defs
-from rlds_writer.store.images.image_codecs import DEFAULT_JPEG_QUALITY
+from rlds_writer.store.features.feature_defs import DEFAULT_JPEG_QUALITY
 
 
 def dataset_config_class() -> type:

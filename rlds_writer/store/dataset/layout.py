@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import re
-import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +42,6 @@ FEATURES = "features.json"
 METADATA = "metadata.json"
 LOCK = ".rlds_writer.lock"
 MERGE_JOURNAL = ".rlds_writer.merge.json"
-QUARANTINE_PREFIX = ".corrupt-"
 # What we write: one index per shard, so a shard's name never depends on how
 # many shards follow it (a writer can add shards without renaming any).
 FILEPATH_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}"
@@ -250,11 +247,6 @@ def list_shard_files(
     """Returns shard index -> path for a split's shard files present on disk."""
     template = template or FILEPATH_TEMPLATE
     return ShardTemplate(template, name, split, file_format).files_on_disk(path)
-
-
-def quarantine_name(name: str) -> str:
-    """Returns the hidden name a damaged file is set aside under (never deleted)."""
-    return f"{QUARANTINE_PREFIX}{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
 
 
 def holds_dataset(path: epath.PathLike) -> bool:

@@ -6,6 +6,6 @@ feature specs), `feature_defs` (TFDS's feature kinds defined without TFDS),
 field's values to protobuf wire bytes), `wire` (the `tf.train.Example` wire
 primitives) and `end_reasons` (the `end_reason` field).
 
-May import: `rlds_writer.errors`, `store.episodes`, and `store.images.image_codecs`
-(the default JPEG quality). Never the writer.
+May import: `rlds_writer.errors`, `store.episodes`. Never the images, the
+writer or the formats.
 """

@@ -86,6 +86,10 @@ class Scalar(Tensor):
         return tfds.features.Scalar(self.dtype)
 
 
+# TensorFlow's `encode_jpeg` default, which TFDS uses for JPEG `Image`s.
+DEFAULT_JPEG_QUALITY = 95
+
+
 @dataclasses.dataclass(frozen=True)
 class Image:
     """`tfds.features.Image` with its format named.

@@ -24,7 +24,7 @@ import numpy as np
 from rlds_writer import errors
 from rlds_writer.store.features import feature_defs
 from rlds_writer.store.features import features as feature_model
-from rlds_writer.store.images.image_codecs import DEFAULT_JPEG_QUALITY
+from rlds_writer.store.features.feature_defs import DEFAULT_JPEG_QUALITY
 
 _log = logging.getLogger(__name__)
 

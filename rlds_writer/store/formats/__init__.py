@@ -5,6 +5,7 @@
 `tfrecord/` holds the TFRecord format with its C helpers (CRC-32C, zeros
 written ahead); `array_record/` the array_record format.
 
-May import: `rlds_writer.errors`, `store.storage`, and the dataset's naming
-rules (`store.dataset.layout`). Never the writer, the features or repair.
+May import: `rlds_writer.errors` and `store.storage`. Never the dataset's
+layout (which imports the registry), the features, the writer or repair; a
+format never imports another format.
 """

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,6 +25,14 @@ if TYPE_CHECKING:
 
 # Records smaller than this are joined into one bytes object before writing.
 _JOIN_BELOW = 1 << 18
+# A damaged file is set aside under a hidden name with this prefix, never deleted
+# (listings skip it; `info` counts it).
+QUARANTINE_PREFIX = ".corrupt-"
+
+
+def quarantine_name(name: str) -> str:
+    """Returns the hidden name a damaged file is set aside under (never deleted)."""
+    return f"{QUARANTINE_PREFIX}{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
 
 
 class ShardWriter(Protocol):

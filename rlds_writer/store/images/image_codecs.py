@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-# TensorFlow's `encode_jpeg` default, which TFDS uses for JPEG `Image`s.
-DEFAULT_JPEG_QUALITY = 95
+from rlds_writer.store.features.feature_defs import DEFAULT_JPEG_QUALITY
 
 _PNG_COLOR_TYPES = {1: 0, 2: 4, 3: 2, 4: 6}  # grey, grey+alpha, RGB, RGBA
 

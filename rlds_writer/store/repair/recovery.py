@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from rlds_writer.errors import IncompatibleDatasetError, RecoveryError, counted
 from rlds_writer.store.dataset import json_values, layout
 from rlds_writer.store.dataset.locate import not_a_dataset
-from rlds_writer.store.formats import shards
+from rlds_writer.store.formats import shard_format, shards
 from rlds_writer.store.storage import file_io, storage, unsaved_shards
 
 if TYPE_CHECKING:
@@ -399,7 +399,7 @@ class _Recovery:
             if not self.dry_run:
                 file.unlink()
         else:
-            target = layout.quarantine_name(file.name)
+            target = shard_format.quarantine_name(file.name)
             report.actions.append("quarantined")
             report.detail.append(f"kept as {target}")
             if not self.dry_run:

@@ -21,6 +21,7 @@ from etils import epath
 import rlds_writer
 from rlds_writer.errors import DiskFullError
 from rlds_writer.store.dataset import layout
+from rlds_writer.store.formats import shard_format
 from rlds_writer.store.storage import file_io
 
 PAGE = 4096
@@ -87,7 +88,7 @@ def test_recover_on_a_full_disk_is_one_line_loses_nothing_and_finishes_later(
     after = _contents(directory)
     # Every file kept its bytes; at most the damaged shard's original was kept aside.
     damaged = layout.shard_name(crash_child.NAME, "train", "tfrecord", 0)
-    kept = [name for name in after if name.startswith(layout.QUARANTINE_PREFIX)]
+    kept = [name for name in after if name.startswith(shard_format.QUARANTINE_PREFIX)]
     assert set(after) - set(before) == set(kept) and len(kept) <= 1
     assert set(before) <= set(after)
     for name in kept:

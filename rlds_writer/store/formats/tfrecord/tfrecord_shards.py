@@ -18,12 +18,12 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from rlds_writer.store.dataset import layout
 from rlds_writer.store.formats.shard_format import (
     FileFormat,
     ShardCheck,
     ShardWalk,
     join_parts,
+    quarantine_name,
 )
 from rlds_writer.store.formats.tfrecord import tfrecord, write_ahead
 from rlds_writer.store.storage import file_io, storage
@@ -224,7 +224,7 @@ class TFRecordFormat(FileFormat):
             with contextlib.suppress(OSError):
                 tmp.unlink()
             raise
-        keep = path.parent / layout.quarantine_name(path.name)
+        keep = path.parent / quarantine_name(path.name)
         os.link(path, keep)
         tmp.replace(path)
         return keep.name
@@ -258,7 +258,7 @@ def _rewrite_remote_tfrecord(path: Any, scan: tfrecord.Scan) -> str:
                     dst.write(source.read_at(offset, length + tfrecord.FRAMING))
         finally:
             source.close()
-        keep = path.parent / layout.quarantine_name(path.name)
+        keep = path.parent / quarantine_name(path.name)
         store.copy(os.fspath(path), os.fspath(keep))
         store.upload(local, os.fspath(path))
     return keep.name
