@@ -40,7 +40,7 @@ def _write_source(local: str, url: str) -> list[tuple[int, int]]:
     """CartPole pushed right, 9 episodes over 3 shard files, uploaded; its transitions."""
     import gymnasium as gym
 
-    from rlds_writer.store.storage import storage_for
+    from rlds_writer.store.storage.storage import storage_for
 
     env = rlds_writer.RecordRLDS(
         gym.make("CartPole-v1", max_episode_steps=12), local, max_episodes_per_file=3
