@@ -36,12 +36,18 @@ pytestmark = pytest.mark.slow  # servers: out of the quick loop
 @pytest.fixture
 def proxy(s3_bucket, monkeypatch, tmp_path):
     monkeypatch.setenv("RLDS_WRITER_UNSAVED_DIR", str(tmp_path / "unsaved"))
-    # Short bounds, so a broken store fails a test's close() in seconds.
-    monkeypatch.setenv("RLDS_WRITER_STORE_TIMEOUT", "1")
+    # Roomy bounds while the store works (the machine may be loaded) ...
+    monkeypatch.setenv("RLDS_WRITER_STORE_TIMEOUT", "20")
     monkeypatch.setenv("RLDS_WRITER_STORE_ATTEMPTS", "2")
     relay = fault_proxy(s3_bucket, monkeypatch)
     yield relay
     relay.close()
+
+
+def _break(proxy, monkeypatch, action: str, **which) -> None:
+    """... and short ones once it breaks, so a test's close() fails in seconds."""
+    monkeypatch.setenv("RLDS_WRITER_STORE_TIMEOUT", "1")
+    proxy.fail(action, **which)
 
 
 def _episode(env, action: int) -> None:
@@ -75,7 +81,7 @@ def _in_time(fn, seconds: float):
 
 @pytest.mark.parametrize(("fault", "recover_from"), [("reset", "dataset"), ("blackhole", "copy")])
 def test_a_store_gone_at_close_keeps_the_unsaved_episodes_for_recover(
-    proxy, s3_bucket, tmp_path, fault, recover_from
+    proxy, s3_bucket, monkeypatch, fault, recover_from
 ):
     url = s3_bucket.path("run")
     env = rlds_writer.EnvLogger(rlds_writer.Catch(seed=0), data_directory=url)
@@ -83,7 +89,7 @@ def test_a_store_gone_at_close_keeps_the_unsaved_episodes_for_recover(
         _episode(env, i % 3)
         if i == 3:
             env.flush()  # four episodes uploaded and listed
-    proxy.fail(fault)  # the store is gone (reset) or answers nothing (black hole)
+    _break(proxy, monkeypatch, fault)  # the store is gone (reset) or answers nothing
     with pytest.raises(WriterFailedError) as raised:
         _in_time(env.close, 60)  # bounded: 2 attempts of 1 s per request
     message = str(raised.value)
@@ -137,6 +143,30 @@ def test_a_stalled_upload_is_never_waited_for_by_the_env_loop(proxy, s3_bucket):
     assert _episodes_found(url) == 12
 
 
+def test_a_failed_rotation_keeps_its_shard_and_the_episodes_queued_behind_it(
+    proxy, s3_bucket, monkeypatch
+):
+    url = s3_bucket.path("run")
+    env = rlds_writer.EnvLogger(
+        rlds_writer.Catch(seed=0), data_directory=url, max_episodes_per_file=2
+    )
+    # The store takes no upload: the 2nd episode fills the first shard, whose
+    # upload times out on the writer thread while episodes 3-6 queue behind it.
+    _break(proxy, monkeypatch, "blackhole", method="PUT")
+    _in_time(lambda: [_episode(env, i % 3) for i in range(6)], 60)
+    with pytest.raises(WriterFailedError) as raised:
+        _in_time(env.close, 60)
+    message = str(raised.value)
+    assert "0 episodes of this run are in the store" in message
+    assert "6 episodes were NOT uploaded (episodes 1-6 of this run" in message
+    kept_dir = unsaved_shards.kept_directory(url)
+    assert len(unsaved_shards.kept_shards(kept_dir)) == 2
+    proxy.heal()
+    report = rlds_writer.recover(url)
+    assert report.splits == {"train": [2, 4]}, report.summary()
+    assert _episodes_found(url) == 6
+
+
 def _wait_for(condition) -> None:
     while not condition():
         time.sleep(0.01)
@@ -151,10 +181,12 @@ def _local_dataset(path: str) -> None:
     env.close()
 
 
-def test_every_range_request_reset_raises_our_error_naming_the_object(proxy, s3_bucket):
+def test_every_range_request_reset_raises_our_error_naming_the_object(
+    proxy, s3_bucket, monkeypatch
+):
     url = s3_bucket.path("run")
     _local_dataset(url)
-    proxy.fail("reset", ranged=True)
+    _break(proxy, monkeypatch, "reset", ranged=True)
     with pytest.raises(StorageError) as raised:
         _in_time(lambda: [len(e["steps"]) for e in rlds_writer.open_dataset(url).episodes()], 60)
     assert re.search(
