@@ -131,11 +131,8 @@ class _Scanner:
         }
         texts, instruction = [], ""
         for name in self._texts:
-            values = []
-            for value in steps.get(name, ()):
-                text = text_value(value)
-                if text not in values:
-                    values.append(text)
+            # Distinct stored values first (an instruction repeats every step), in order.
+            values = list(dict.fromkeys(text_value(v) for v in dict.fromkeys(steps.get(name, ()))))
             if name == self._instruction and values:
                 instruction = values[0]
             texts.extend(v for v in values if v not in texts)

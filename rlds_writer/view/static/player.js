@@ -8,7 +8,10 @@ window.RV = window.RV || {};
 (function () {
   const CHUNK = 256;        // exact values fetched per request, for the cursor
   const BEHIND = 30;        // decoded frames kept behind the clock
-  const IN_FLIGHT = 8;      // frame requests at once
+  const IN_FLIGHT = 12;     // frame requests at once
+  const BUFFER = 30;        // steps decoded ahead before playing starts (or resumes)
+  const AHEAD_MS = 4000;    // how far ahead of the clock frames are fetched...
+  const DECODED_BYTES = 96 << 20;  // ...within this much decoded frame memory
 
   class Player {
     constructor(onStep) {
@@ -149,6 +152,8 @@ window.RV = window.RV || {};
       this.el.play.textContent = "❚❚";
       this.due = performance.now() + this.interval;
       this.waiting = false;
+      this.buffering = true;
+      this.prefetch();
       requestAnimationFrame(this.tick);
     }
 
@@ -159,7 +164,13 @@ window.RV = window.RV || {};
 
     tick(now) {
       if (!this.playing || !this.episode) return;
-      if (now >= this.due) {
+      if (this.buffering) {
+        // Like a video player: start once the next steps' frames are decoded.
+        const until = Math.min(this.episode.length - 1, this.step + BUFFER);
+        let ok = true;
+        for (let s = this.step + 1; s <= until && ok; s++) ok = this.ready(s);
+        if (ok) { this.buffering = false; this.due = now + this.interval; }
+      } else if (now >= this.due) {
         const next = this.step + 1;
         if (next >= this.episode.length) { this.pause(); return; }
         if (this.ready(next)) {
@@ -168,7 +179,8 @@ window.RV = window.RV || {};
           this.waiting = false;
           this.show(next);
         } else if (!this.waiting) {
-          this.waiting = true;   // the clock waits for the frame: counted, never skipped
+          this.waiting = true;   // the clock waits for the frame: counted, never skipped,
+          this.buffering = true; // and plays on once a cushion of frames is decoded again
           this.stats.stalls += 1;
           this.el.stalls.textContent = "waited for frames " + this.stats.stalls + "×";
         }
@@ -258,7 +270,7 @@ window.RV = window.RV || {};
 
     prefetch() {
       if (!this.episode) return;
-      const ahead = Math.max(30, Math.min(180, Math.round(2000 / this.interval)));
+      const ahead = this.aheadSteps();
       for (let s = this.step; s < Math.min(this.episode.length, this.step + ahead); s++) {
         for (const cam of this.cameras) {
           if (this.inFlight >= IN_FLIGHT) return;
@@ -276,6 +288,18 @@ window.RV = window.RV || {};
           }
         }
       }
+    }
+
+    // Steps fetched ahead: AHEAD_MS of playing, at most DECODED_BYTES of decoded frames.
+    aheadSteps() {
+      let perStep = 0;
+      for (const cam of this.cameras) {
+        const [h, w] = RV.dataset.fields.cameras[cam.meta.id].shape;
+        perStep += (h || 480) * (w || 640) * 4;
+      }
+      const byMemory = perStep ? Math.floor(DECODED_BYTES / perStep) : 240;
+      const byTime = Math.round(AHEAD_MS / this.interval);
+      return Math.max(BUFFER * 2, Math.min(240, byTime, byMemory));
     }
 
     async fetchFrame(cam, step) {
