@@ -126,59 +126,69 @@ long_within(PyObject *v, long long lo, long long hi, long long *out)
     return 1;
 }
 
+/* A packed scalar's bytes, as they go into its RowBuffer (the first 4 of a float32). */
+typedef union {
+    double f;
+    float f32;
+    long long i;
+    char bytes[8];
+} Packed;
+
 /* A value of a scalar float column of `row` bytes (4: float32, 8: float64) as
- * a double that C's cast turns into what numpy's gives: a Python float
- * (np.float64 is one), an np.float32, or a Python int the dtype holds exactly
- * (|x| <= 2**24 or 2**53: no rounding to agree on). 1: taken (*out set); 0:
- * anything else, left to numpy (record/values.py `cast_value`); -1: an error is set. */
+ * the bytes numpy's cast gives: a Python float (np.float64 is one) or a
+ * Python int the dtype holds exactly (|x| <= 2**24 or 2**53: no rounding to
+ * agree on) through C's cast of a double (numpy's: overflow to inf, a NaN
+ * quieted), an np.float32 as it is into float32 (numpy copies its bits: a
+ * signalling NaN stays one, which a trip through a double would quiet).
+ * 1: taken (*out set); 0: anything else, left to numpy (record/values.py
+ * `cast_value`); -1: an error is set. */
 static int
-float_value(PyObject *v, Py_ssize_t row, double *out)
+float_value(PyObject *v, Py_ssize_t row, Packed *out)
 {
     PyTypeObject *t = Py_TYPE(v);
+    double d;
     if (t == &PyFloat_Type || t == &PyDoubleArrType_Type) {
-        *out = PyFloat_AS_DOUBLE(v);
-        return 1;
-    }
-    if (t == &PyFloatArrType_Type) {
-        *out = (double)PyArrayScalar_VAL(v, Float);
-        return 1;
-    }
-    if (t == &PyLong_Type) {
+        d = PyFloat_AS_DOUBLE(v);
+    } else if (t == &PyFloatArrType_Type) {
+        if (row == 4) {
+            memcpy(out->bytes, &PyArrayScalar_VAL(v, Float), 4);
+            return 1;
+        }
+        d = (double)PyArrayScalar_VAL(v, Float);
+    } else if (t == &PyLong_Type) {
         long long exact = row == 4 ? (1LL << 24) : (1LL << 53), x;
         int taken = long_within(v, -exact, exact, &x);
-        if (taken == 1) *out = (double)x;
-        return taken;
+        if (taken != 1) return taken;
+        d = (double)x;
+    } else {
+        return 0;
     }
-    return 0;
+    if (row == 4) out->f32 = (float)d;
+    else out->f = d;
+    return 1;
 }
 
-/* Appends `d` as the row's float32 (C's cast: numpy's, overflow to inf) or
- * float64; the room must be there. */
+/* Appends a packed scalar's row (float_value's, int_value's); the room must be there. */
 static void
-rows_put_float(RowBuffer *b, double d)
+rows_put_packed(RowBuffer *b, const Packed *p)
 {
-    if (b->row == 4) {
-        float f = (float)d;
-        memcpy(b->data + b->len, &f, 4);
-    } else {
-        memcpy(b->data + b->len, &d, 8);
-    }
+    memcpy(b->data + b->len, p->bytes, (size_t)b->row);
     b->len += b->row;
 }
 
 static PyObject *
 rows_append_number(RowBuffer *b, PyObject *value)
 {
-    double d;
+    Packed p;
     if (b->row != 4 && b->row != 8) {
         PyErr_SetString(PyExc_TypeError, "RowBuffer.append_number: rows of 4 or 8 bytes only");
         return NULL;
     }
-    int taken = float_value(value, b->row, &d);
+    int taken = float_value(value, b->row, &p);
     if (taken < 0) return NULL;
     if (!taken) Py_RETURN_FALSE;
     if (rows_reserve(b, b->row) < 0) return NULL;
-    rows_put_float(b, d);
+    rows_put_packed(b, &p);
     Py_RETURN_TRUE;
 }
 
@@ -205,27 +215,19 @@ int_value(PyObject *v, long long *out)
     return 1;
 }
 
-static void
-rows_put_int(RowBuffer *b, long long x)
-{
-    int64_t v = (int64_t)x;
-    memcpy(b->data + b->len, &v, 8);
-    b->len += 8;
-}
-
 static PyObject *
 rows_append_int(RowBuffer *b, PyObject *value)
 {
-    long long x;
+    Packed p;
     if (b->row != 8) {
         PyErr_SetString(PyExc_TypeError, "RowBuffer.append_int: rows of 8 bytes only");
         return NULL;
     }
-    int taken = int_value(value, &x);
+    int taken = int_value(value, &p.i);
     if (taken < 0) return NULL;
     if (!taken) Py_RETURN_FALSE;
     if (rows_reserve(b, 8) < 0) return NULL;
-    rows_put_int(b, x);
+    rows_put_packed(b, &p);
     Py_RETURN_TRUE;
 }
 
@@ -326,7 +328,8 @@ static PyTypeObject RowBufferType = {
 /* How a column takes its value (record/columns.py `kernel_leaf`). */
 enum {
     LEAF_INT = 0,    /* a Python int within [lo, hi] (the dtype's range), or a type in `types` */
-    LEAF_SCALAR = 1, /* a Python float if `float_first`, or a type in `types` */
+    LEAF_SCALAR = 1, /* a Python float if `float_first`, or a type in `types`; with a
+                        float dtype, a Python int only if it converts to a double */
     LEAF_ARRAY = 2,  /* a numpy.ndarray of exactly `dtype` and `shape`: its bytes */
     LEAF_NONE = 3,   /* the dataset has no such field: the value is not looked at */
     LEAF_FLOAT = 4,  /* a float32 or float64 scalar packed into a RowBuffer (`float_value`) */
@@ -336,6 +339,7 @@ enum {
 typedef struct {
     int kind;
     int float_first;
+    int int_to_double; /* LEAF_SCALAR of a float dtype: a Python int must fit a double */
     PyObject *list;  /* the column's list of values, or its RowBuffer (LEAF_ARRAY, FLOAT, INT64) */
     int rows;        /* list is a RowBuffer */
     PyObject *types; /* a (frozen)set of types, or None */
@@ -375,12 +379,6 @@ typedef struct {
 
 static PyObject *s_num_steps, *s_tobytes, *s_rollback, *s_action;
 
-/* A packed leaf's value, as it goes into its RowBuffer. */
-typedef union {
-    double f;
-    long long i;
-} Packed;
-
 /* 1: the value is appended as it is (a packed leaf's as *p); 0: the Python
  * step decides; -1: an error is set. */
 static int
@@ -391,7 +389,7 @@ leaf_takes(const Leaf *leaf, PyObject *v, Packed *p)
     case LEAF_NONE:
         return 1;
     case LEAF_FLOAT:
-        return float_value(v, leaf->nbytes, &p->f);
+        return float_value(v, leaf->nbytes, p);
     case LEAF_INT64:
         return int_value(v, &p->i);
     case LEAF_INT:
@@ -404,6 +402,15 @@ leaf_takes(const Leaf *leaf, PyObject *v, Packed *p)
         return PySet_Contains(leaf->types, (PyObject *)t);
     case LEAF_SCALAR:
         if (leaf->float_first && t == &PyFloat_Type) return 1;
+        if (leaf->int_to_double && t == &PyLong_Type) {
+            /* Too large for any float (numpy's cast raises): the Python step
+             * refuses it at the step, naming the field. */
+            if (PyLong_AsDouble(v) == -1.0 && PyErr_Occurred()) {
+                if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+                PyErr_Clear();
+                return 0;
+            }
+        }
         return PySet_Contains(leaf->types, (PyObject *)t);
     default: {
         if (t != &PyArray_Type) return 0; /* subclasses: the Python step */
@@ -454,7 +461,9 @@ kernel_take(StepKernel *k, PyObject *action, PyObject *ts)
     if (*count == NULL || !PyLong_CheckExact(*count)) return hand_over(k, action, ts);
     Py_ssize_t n = PyLong_AsSsize_t(*count);
     if (n == -1 && PyErr_Occurred()) goto error;
-    if (n <= 0) return hand_over(k, action, ts); /* not started: the Python step says so */
+    /* Not started: the Python step says so. At PY_SSIZE_T_MAX steps, n + 1
+     * would not fit: the Python step counts in Python ints. */
+    if (n <= 0 || n == PY_SSIZE_T_MAX) return hand_over(k, action, ts);
 
     PyObject *values[N_LEAVES] = {action};
     Packed packed[N_LEAVES];
@@ -499,12 +508,8 @@ kernel_take(StepKernel *k, PyObject *action, PyObject *ts)
     for (int i = 0; i < N_LEAVES && !failed; i++) {
         if (!k->leaves[i].rows) continue;
         RowBuffer *b = (RowBuffer *)k->leaves[i].list;
-        if (k->leaves[i].kind == LEAF_FLOAT) {
-            rows_put_float(b, packed[i].f);
-            continue;
-        }
-        if (k->leaves[i].kind == LEAF_INT64) {
-            rows_put_int(b, packed[i].i);
+        if (k->leaves[i].kind == LEAF_FLOAT || k->leaves[i].kind == LEAF_INT64) {
+            rows_put_packed(b, &packed[i]);
             continue;
         }
         const char *src = items[i] != NULL ? PyBytes_AS_STRING(items[i])
@@ -587,6 +592,17 @@ static PyMethodDef kernel_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* A numpy dtype's `itemsize` (the descriptor's field moved in NumPy 2); -1: an error is set. */
+static Py_ssize_t
+descr_itemsize(PyObject *dtype)
+{
+    PyObject *size = PyObject_GetAttrString(dtype, "itemsize");
+    if (size == NULL) return -1;
+    Py_ssize_t n = PyLong_AsSsize_t(size);
+    Py_DECREF(size);
+    return n;
+}
+
 static int
 parse_leaf(Leaf *leaf, PyObject *spec)
 {
@@ -628,16 +644,38 @@ parse_leaf(Leaf *leaf, PyObject *spec)
             PyErr_SetString(PyExc_ValueError, "an array leaf needs a dtype, a shape and nbytes");
             return -1;
         }
+        /* A row is copied as nbytes from the array's data (kernel_take): more
+         * would read past it, fewer would cut it. */
+        Py_ssize_t size = descr_itemsize(dtype);
+        if (size < 0) return -1;
         leaf->ndim = (int)PyTuple_GET_SIZE(shape);
         for (int i = 0; i < leaf->ndim; i++) {
             leaf->dims[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
             if (leaf->dims[i] == -1 && PyErr_Occurred()) return -1;
+            if (leaf->dims[i] < 0) {
+                PyErr_SetString(PyExc_ValueError, "an array leaf's shape has a negative size");
+                return -1;
+            }
+            if (size && leaf->dims[i] > PY_SSIZE_T_MAX / size) {
+                PyErr_SetString(PyExc_ValueError, "an array leaf's rows are too large");
+                return -1;
+            }
+            size *= leaf->dims[i];
+        }
+        if (size != nbytes) {
+            PyErr_Format(PyExc_ValueError,
+                         "an array leaf's nbytes must be its dtype's itemsize times its shape's "
+                         "size, %zd; got %zd",
+                         size, nbytes);
+            return -1;
         }
     } else if (kind == LEAF_INT || kind == LEAF_SCALAR) {
         if (!PyAnySet_Check(types)) {
             PyErr_SetString(PyExc_TypeError, "a scalar leaf's types must be a set");
             return -1;
         }
+        leaf->int_to_double = kind == LEAF_SCALAR && PyArray_DescrCheck(dtype)
+                              && PyDataType_ISFLOAT((PyArray_Descr *)dtype);
         if (kind == LEAF_INT) {
             /* The size from `dtype.itemsize`: the descriptor's field moved in NumPy 2. */
             PyArray_Descr *d = (PyArray_Descr *)dtype;

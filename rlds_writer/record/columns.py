@@ -60,8 +60,21 @@ def _fast_scalar_types(dtype: np.dtype) -> frozenset:
     return frozenset((dtype.type,))
 
 
+# The largest Python int that converts to a float (a double): numpy's cast of a
+# larger one to any float dtype raises OverflowError (`float(2**1024)` does).
+FLOAT_INT_MAX = 2**1024 - 2**970 - 1
+
+
 def _int_range(dtype: np.dtype) -> tuple[int, int] | None:
-    """The range of Python ints an integer column takes as they are (None: not one)."""
+    """The range of Python ints a numeric column takes as they are (None: not one).
+
+    An integer dtype's own range; for a float dtype, the ints a double holds
+    (numpy casts them, to inf past the dtype's range, as TFDS does): a larger
+    one would fail the whole episode's cast at its end, so it is refused at
+    the step instead.
+    """
+    if dtype.kind == "f":
+        return -FLOAT_INT_MAX, FLOAT_INT_MAX
     if dtype.kind not in "iu":
         return None
     info = np.iinfo(dtype)
@@ -121,7 +134,7 @@ class _ScalarColumn:
         self.dtype = field.dtype
         self.items: list[Any] = []
         self._fast = _fast_scalar_types(self.dtype)
-        self._range = _int_range(self.dtype)  # (lo, hi) of an integer column, else None
+        self._range = _int_range(self.dtype)  # (lo, hi) of the ints taken as they are
         self.append = self._make_append()
         code = _STRUCT_CODES.get(self.dtype)
         self._pack = _struct_packer(code) if code else None
@@ -138,11 +151,15 @@ class _ScalarColumn:
         # not when the episode ends (that would drop the whole episode).
         lo, hi = self._range or (None, None)
         bounded = lo is not None
+        # A float column's int too large for a double: `cast_value` refuses it.
+        floats = self.dtype.kind == "f"
 
         def append(value: Any) -> None:
             kind = type(value)
             if kind in fast:
                 if bounded and kind is int and not lo <= value <= hi:
+                    if floats:
+                        cast_value(field, value)  # raises StepValueError (numpy's OverflowError)
                     raise StepValueError(
                         field.key, f"expected {field.describe()}, got int {value} (out of range)"
                     )
@@ -154,7 +171,10 @@ class _ScalarColumn:
 
     def inline_names(self) -> dict[str, Any]:
         if self._range:
-            return {"others": self._fast - {int}, "push": self.items.append}
+            names = {"others": self._fast - {int}, "push": self.items.append}
+            if self.dtype.kind == "f":  # bound as names: the source stays short
+                names["lo"], names["hi"] = self._range
+            return names
         return {"types": self._fast, "push": self.items.append}
 
     def zero_append(self, zero: Any) -> tuple[Callable[[], int], Callable[[Any], None], Any]:
@@ -165,6 +185,10 @@ class _ScalarColumn:
 
     def kernel_leaf(self) -> tuple:
         """The same test and append for the C step (`record.step_kernel`)."""
+        if self.dtype.kind == "f":
+            # With its float dtype, the C step takes a Python int only if it
+            # converts to a double (FLOAT_INT_MAX).
+            return ("scalar", self.items, frozenset(self._fast), True, self.dtype, (), 0)
         if self._range:
             others = frozenset(self._fast - {int})
             return ("int", self.items, others, False, self.dtype, (), 0)
@@ -173,12 +197,15 @@ class _ScalarColumn:
     def inline_source(self) -> tuple[str, str]:
         """The test and the append of `record.appender.compile_step_add` (same as `append`)."""
         bounds = self._range
+        if bounds and self.dtype.kind == "f":
+            # A Python float first (the common reward and discount): one identity test.
+            test = "type({v}) is float or type({v}) is int and {lo} <= {v} <= {hi}"
+            return f"{test} or type({{v}}) in {{others}}", "{push}({v})"
         if bounds:
             # A Python int first (the common action), with one type test.
             test = f"type({{v}}) is int and {bounds[0]} <= {{v}} <= {bounds[1]}"
             return f"{test} or type({{v}}) in {{others}}", "{push}({v})"
         if float in self._fast:
-            # A Python float first (the common reward and discount): one identity test.
             return "type({v}) is float or type({v}) in {types}", "{push}({v})"
         return "type({v}) in {types}", "{push}({v})"
 
@@ -207,9 +234,14 @@ class _ScalarColumn:
             except (struct.error, OverflowError, TypeError):
                 pass
             else:
-                if self.dtype == _PACKED_FLOAT:
-                    return PackedColumn(data, len(items), (), self.dtype)
-                return np.frombuffer(data, dtype=self.dtype)
+                packed = np.frombuffer(data, dtype=self.dtype)
+                # struct casts every float through a double, numpy an np.float32 or
+                # np.float16 straight: the same number, but a signalling NaN comes
+                # out quieted. A column with a NaN takes numpy's way below.
+                if self.dtype.kind != "f" or not np.isnan(packed).any():
+                    if self.dtype == _PACKED_FLOAT:
+                        return PackedColumn(data, len(items), (), self.dtype)
+                    return packed
         try:
             return np.array(items, dtype=self.dtype)
         except OverflowError:

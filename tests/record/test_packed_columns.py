@@ -46,7 +46,9 @@ def _features(config: rlds_writer.DatasetConfig):
     return rlds_base.build_info(config, identity).features
 
 
-def _episode(actions: list, rewards: list, counts: list) -> EpisodeSpec:
+def _episode(
+    actions: list, rewards: list, counts: list, discounts: list | None = None
+) -> EpisodeSpec:
     n = len(actions) + 1
     observations = [
         {"grid": np.full((2, 3), t / 3, np.float32), "ids": np.array([t, 2 * t], np.int64)}
@@ -56,7 +58,7 @@ def _episode(actions: list, rewards: list, counts: list) -> EpisodeSpec:
         observations=observations,
         actions=actions,
         rewards=rewards,
-        discounts=[1.0] * (n - 1),
+        discounts=discounts or [1.0] * (n - 1),
         step_metadata=[{"flag": t % 2 == 0, "count": counts[t]} for t in range(n)],
         terminated=True,
     )
@@ -76,6 +78,12 @@ def _finish(features, episode: EpisodeSpec):
     return encoder, buffer.finish(episode.terminated)
 
 
+# Signalling NaNs: float32 0x7f800001 and 0xffa0000a, float16 0x7c01, float64 0x7ff0000000000001.
+_SNAN32 = list(np.frombuffer(bytes.fromhex("0100807f0a00a0ff"), np.float32))
+_SNAN16 = np.frombuffer(bytes.fromhex("017c"), np.float16)[0]
+_SNAN64 = float(np.frombuffer(bytes.fromhex("010000000000f07f"), np.float64)[0])
+_NANS = [*_SNAN32, _SNAN16, _SNAN64, np.float64(_SNAN64)]
+
 EPISODES = {
     "packed": _episode([0, 1, 2, 127], [0.5, -1.25, 3.0, 1e-3], [0, 5, 127, 1, 2]),
     "action 128 and up": _episode([1, 128, 300, 2**40], [0.5] * 4, [0, 1, 2, 3, 4]),
@@ -89,6 +97,16 @@ EPISODES = {
         [1] * 7,
         [0.5, np.int64(2**60 + 2**36 + 1), 2**24, np.float64(0.1), np.float16(0.3), -0.0, True],
         [0] * 8,
+    ),
+    # numpy (and TFDS) keep an np.float32's or np.float16's signalling NaN one in
+    # a float32 column, whatever comes first; a float64 column gets it quieted.
+    "signalling NaNs after a float": _episode(
+        [1] * 6, [0.5, *_NANS], [0] * 7, discounts=[0.25, *_NANS]
+    ),
+    "signalling NaNs first": _episode([1] * 5, [*_NANS], [0] * 6, discounts=[*_NANS]),
+    # The ints a double holds: numpy casts them (float32 inf past its range).
+    "ints a double holds": _episode(
+        [1] * 4, [0.5, 2**1024 - 2**970 - 1, 2**200, -(2**100)], [0] * 5
     ),
 }
 
@@ -107,21 +125,26 @@ def test_records_are_the_example_tfds_serializes(name, pure_python, monkeypatch)
     config = _config()
     features = _features(config)
     episode = EPISODES[name]
-    with np.errstate(over="ignore"):  # 1e300 is float32 inf, in TFDS too
+    # 1e300 is float32 inf, in TFDS too; a signalling NaN's cast is "invalid".
+    with np.errstate(over="ignore", invalid="ignore"):
         encoder, finished = _finish(features, episode)
     try:
         ours = encoder.encode(finished.columns, finished.episode_values)
     finally:
         encoder.close()
     serializer = example_serializer.ExampleSerializer(features.get_serialized_info())
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         theirs = serializer.serialize_example(
             features.encode_example(rlds_example(config, episode))
         )
     import tensorflow as tf
 
-    # The same message (map entries may come in another order than TFDS's).
-    assert tf.train.Example.FromString(ours) == tf.train.Example.FromString(theirs)
+    # The same message (map entries may come in another order than TFDS's), field
+    # by field as bytes: a NaN is unequal to itself, and its bits are the point.
+    ours, theirs = tf.train.Example.FromString(ours), tf.train.Example.FromString(theirs)
+    assert ours.features.feature.keys() == theirs.features.feature.keys()
+    for key, feature in theirs.features.feature.items():
+        assert ours.features.feature[key].SerializeToString() == feature.SerializeToString(), key
 
 
 @pytest.mark.skipif(sys.byteorder != "little", reason="packed float32 is little-endian")
@@ -165,3 +188,33 @@ def test_an_action_of_128_is_not_packed():
     action = finished.columns["steps/action"]
     assert not isinstance(action, PackedColumn)
     np.testing.assert_array_equal(action, [1, 128, 300, 2**40, 0])
+
+
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c", "python"])
+@pytest.mark.parametrize("name", ["signalling NaNs after a float", "signalling NaNs first"])
+def test_a_signalling_nans_column_holds_the_bits_tfds_encode_example_gives(
+    name, pure_python, monkeypatch
+):
+    """Both steps, whatever value comes first, hold numpy's cast, as TFDS's
+    `encode_example` gives it (an np.float32's bits: still signalling); the
+    record (above) holds what TFDS's serializer makes of it (quieted)."""
+    from rlds_writer.record import step_kernel
+
+    if pure_python:
+        monkeypatch.setenv(step_kernel.PURE_PYTHON_ENV, "1")
+    elif not step_kernel.available():
+        pytest.skip("the C step is not built (no C compiler at install)")
+    config = _config()
+    features = _features(config)
+    episode = EPISODES[name]
+    with np.errstate(invalid="ignore"):
+        encoder, finished = _finish(features, episode)
+        theirs = features.encode_example(rlds_example(config, episode))["steps"]
+    encoder.close()
+    for key in ("reward", "discount"):
+        assert all(type(v) is np.ndarray for v in theirs[key])  # each step's, cast
+        want = np.stack(theirs[key])
+        ours = np.asarray(finished.columns[f"steps/{key}"])
+        assert ours.dtype == want.dtype
+        assert ours.tobytes().hex() == want.tobytes().hex(), key
+    assert _SNAN32[0].tobytes() in np.stack(theirs["reward"]).tobytes()  # still signalling

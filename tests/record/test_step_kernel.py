@@ -589,3 +589,163 @@ def test_a_row_buffer_packs_int64s_and_gives_small_ones_as_one_byte_each():
         assert rows.take_small_ints() is not None
     with pytest.raises(TypeError, match="rows of 8 bytes"):
         step_kernel.row_buffer_type()(4).append_int(1)
+
+
+# --- A Python int too large for a float field (issue 46, item 9).
+
+
+class _FloatRewards(_Scripted):
+    def __init__(self, episodes: list, dtype: Any):
+        super().__init__(episodes)
+        self._dtype = dtype
+
+    def reward_spec(self) -> specs.Array:
+        return specs.Array((), self._dtype)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("step_path", ["c", "python"])
+def test_an_int_too_large_for_a_float_reward_is_refused_at_the_step_by_name(
+    tmp_path, monkeypatch, dtype, step_path
+):
+    if step_path == "python":
+        monkeypatch.setenv(step_kernel.PURE_PYTHON_ENV, "1")
+    elif not step_kernel.available():
+        pytest.skip("the C step is not built (no C compiler at install)")
+    largest = 2**1024 - 2**970 - 1  # the largest int a double holds: taken
+    assert float(largest) == sys.float_info.max
+    with pytest.raises(OverflowError):
+        float(largest + 1)
+    refused = [largest + 1, 2**1024, -(2**1024)]
+    scripts = [[_mid(0.5, _obs(1)), _mid(largest, _obs(2)), _mid(bad, _obs(3))] for bad in refused]
+    errors = []
+    path = tmp_path / "d"
+    with rlds_writer.EnvLogger(_FloatRewards(scripts, dtype), data_directory=str(path)) as logged:
+        for _ in scripts:
+            logged.reset()
+            kind = type(logged.step).__name__
+            logged.step(1)
+            logged.step(2)
+            with pytest.raises(StepValueError) as refusal:
+                logged.step(3)  # at the step, not at the episode's end
+            errors.append(str(refusal.value))
+    assert kind == ("StepKernel" if step_path == "c" else "function")
+    assert all("steps/reward" in e and "int too large to convert to float" in e for e in errors)
+    # Nothing is lost: each episode keeps the steps before the refused one.
+    episodes = load_episodes(path)
+    assert len(episodes) == len(refused)
+    stored = np.asarray(np.array([0.5, largest], dtype), np.float32)  # TFDS stores float32
+    for episode in episodes:
+        rewards = [s["reward"] for s in episode["steps"]]
+        assert np.array_equal(rewards[:2], stored), rewards
+
+
+# --- The C step's construction and counting (issue 46, item 10): what the
+# extension is given is checked, whatever calls it.
+
+
+def _kernel_or_skip() -> Any:
+    if not step_kernel.available():
+        pytest.skip("the C step is not built (no C compiler at install)")
+    return step_kernel._module()
+
+
+class _Count:
+    """The episode buffer's part the C step uses: its `num_steps` slot and `_rollback`."""
+
+    __slots__ = ("num_steps",)
+
+    def _rollback(self, n: int) -> None:
+        raise AssertionError("no rollback expected")
+
+
+def _array_kernel(rows: Any, nbytes: int, buffer: Any, handed: list) -> Any:
+    """A C step of (reward, observation) results: a float reward, a float32 (3, 2) observation."""
+    rewards: list = []
+    leaves = (
+        step_kernel.NO_FIELD,
+        ("scalar", rewards, frozenset({float}), True, None, (), 0),
+        step_kernel.NO_FIELD,
+        ("array", rows, None, False, np.dtype(np.float32), _SHAPE, nbytes),
+    )
+    return step_kernel.step_kernel(
+        lambda action: (0.5, _obs(action)),
+        (tuple, 2),
+        (),
+        (0, (1.0,), 1),
+        lambda action, result: handed.append(action) or result,
+        buffer,
+        leaves,
+    )
+
+
+@pytest.mark.parametrize("nbytes", [23, 25, 24 + 4096, 1])
+@pytest.mark.parametrize("rows", ["list", "RowBuffer"])
+def test_an_array_leaf_whose_nbytes_is_not_its_rows_size_is_refused(nbytes, rows):
+    # 24 bytes a row: a larger nbytes would copy past the array, a smaller cut it.
+    module = _kernel_or_skip()
+    column = module.RowBuffer(nbytes) if rows == "RowBuffer" else []
+    buffer = _Count()
+    buffer.num_steps = 1
+    try:
+        step = _array_kernel(column, nbytes, buffer, [])
+    except ValueError as e:
+        assert f"itemsize times its shape's size, 24; got {nbytes}" in str(e)
+    else:  # what the check prevents: rows copied as nbytes from 24-byte arrays
+        step(3)
+        pytest.fail(f"an array leaf of 24-byte rows was taken with nbytes={nbytes}")
+    column = module.RowBuffer(24) if rows == "RowBuffer" else []
+    step = _array_kernel(column, 24, buffer, [])
+    step(3)
+    taken = column.take() if rows == "RowBuffer" else b"".join(column)
+    assert taken == _obs(3).tobytes() and buffer.num_steps == 2
+
+
+def test_an_array_leaf_of_a_negative_size_is_refused():
+    _kernel_or_skip()
+    with pytest.raises(ValueError, match="negative size"):
+        step_kernel.step_kernel(
+            lambda a: None,
+            (tuple, 2),
+            (),
+            (0, (1.0,), 1),
+            lambda a, r: r,
+            _Count(),
+            (step_kernel.NO_FIELD, step_kernel.NO_FIELD, step_kernel.NO_FIELD,
+             ("array", [], None, False, np.dtype(np.float32), (-2, -3), 24)),
+        )  # fmt: skip
+
+
+def test_a_step_at_sys_maxsize_steps_is_left_to_the_python_step():
+    # The C step counts in a Py_ssize_t: the step past sys.maxsize must not wrap.
+    module = _kernel_or_skip()
+    buffer, handed = _Count(), []
+    rows = module.RowBuffer(24)
+    step = _array_kernel(rows, 24, buffer, handed)
+    buffer.num_steps = sys.maxsize - 1
+    step(1)
+    assert buffer.num_steps == sys.maxsize and handed == [] and len(rows) == 1
+    step(2)
+    assert handed == [2] and buffer.num_steps == sys.maxsize and len(rows) == 1
+
+
+# Signalling NaNs: float32 0x7f800001 and 0xffa0000a, float64 0x7ff0000000000001.
+_SNAN32 = np.frombuffer(bytes.fromhex("0100807f0a00a0ff"), np.float32)
+_SNAN64 = float(np.frombuffer(bytes.fromhex("010000000000f07f"), np.float64)[0])
+
+
+def test_a_row_buffer_stores_the_bits_numpys_cast_gives_a_signalling_nan():
+    _kernel_or_skip()
+    values = [_SNAN32[0], _SNAN32[1], _SNAN64, np.float64(_SNAN64), 1.5]
+    for dtype in (np.float32, np.float64):
+        rows = step_kernel.row_buffer_type()(np.dtype(dtype).itemsize)
+        for value in values:
+            assert rows.append_number(value) is True
+        with np.errstate(invalid="ignore"):  # numpy's cast of a signalling NaN says so
+            expected = b"".join(np.asarray(v, dtype).tobytes() for v in values)
+        assert rows.take().hex() == expected.hex()
+    # An np.float32 one keeps its bits in a float32 row: still signalling, as in numpy.
+    rows = step_kernel.row_buffer_type()(4)
+    rows.append_number(_SNAN32[0])
+    assert rows.take() == _SNAN32[:1].tobytes()

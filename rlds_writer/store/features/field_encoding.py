@@ -261,6 +261,23 @@ _BOOL = np.dtype(np.bool_)
 _U64 = np.dtype(np.uint64)
 
 
+def quiet_nans(payload: Any) -> Any:
+    """A float32 payload with each signalling NaN quieted, as TFDS's serializer makes it.
+
+    TFDS hands a float column to `FloatList` value by value, each through a
+    Python float (a double) and back: a signalling NaN comes out quiet (its
+    sign and payload kept), whatever the column held (numpy's cast keeps an
+    np.float32's bits). The payload as it is when it holds no NaN.
+    """
+    floats = np.frombuffer(payload, _F4)
+    nans = np.isnan(floats)
+    if not nans.any():
+        return payload
+    bits = floats.view(np.uint32).copy()
+    bits[nans] |= 0x00400000  # the quiet bit
+    return bits.view(np.uint8)
+
+
 def entry_writer(field: FieldSpec) -> Callable[[Any, list[Any]], int]:
     """The function that appends `field`'s whole map entry to an `Example`'s parts.
 
@@ -320,7 +337,8 @@ def entry_writer(field: FieldSpec) -> Callable[[Any, list[Any]], int]:
             if type(values) is np.ndarray and values.dtype is _F4 and values.flags.c_contiguous:
                 payload = values.reshape(-1).view(np.uint8)
             else:
-                payload = np.ascontiguousarray(values, dtype=_F4).reshape(-1).view(np.uint8)
+                with np.errstate(invalid="ignore"):  # a signalling NaN's cast says so
+                    payload = np.ascontiguousarray(values, dtype=_F4).reshape(-1).view(np.uint8)
             payload.setflags(write=False)  # our own view: see `_read_only`
             return payload
 
@@ -337,6 +355,8 @@ def entry_writer(field: FieldSpec) -> Callable[[Any, list[Any]], int]:
     def write_numbers(values: Any, parts: list[Any]) -> int:
         # A packed column is its own payload (float32 or one-byte varints).
         payload = values.payload if type(values) is PackedColumn else payload_of(values)
+        if tag == b"\x12":
+            payload = quiet_nans(payload)
         n = len(payload)
         head = heads.get(n) or head_of(n)
         parts.append(head)

@@ -14,8 +14,13 @@
  * and wakes the thread), so zeros never overwrite a record.
  *
  * `close` only stops the thread (after the `pwrite` in flight): no zero is
- * written once it returns. The thread then exits by itself and the last of
- * the two owners frees their shared state and closes the duplicate.
+ * written once it returns. The thread then exits by itself and the last
+ * owner of their shared state (the object, the thread, and each `advance`
+ * while it runs without the GIL) frees it and closes the duplicate. The
+ * object is safe to misuse from Python: the GIL guards `self->state`, taken
+ * by exactly one `close` and referenced by an `advance` before it lets the
+ * GIL go, so threads calling `advance` and `close` at once neither read the
+ * state after it is freed nor release it twice.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -36,7 +41,7 @@ static const char *zeros; /* MAX_WRITE zero bytes, shared by every ZeroAhead */
 
 typedef struct {
     int fd;         /* the duplicate */
-    int owners;     /* the object and the thread */
+    int owners;     /* the object, the thread, and each advance() in flight */
     int stop;
     int error;      /* errno of a failed pwrite or lseek: no more zeros are written */
     int64_t ahead;  /* how far past the records the zeros reach */
@@ -120,14 +125,20 @@ static void *run(void *arg) {
     return NULL;
 }
 
-/* Stops the thread: once this returns, no zero is written. Safe to repeat. In
- * a forked child the thread and its mutex's owner do not exist: the state is
- * left as it is (its descriptor is the child's to lose). */
-static void stop(ZeroAhead *self) {
+/* Takes the object's state away (with the GIL held): the caller stops it.
+ * NULL if it was closed, or in a forked child, where the thread and its
+ * mutex's owner do not exist: the state is left as it is (its descriptor is
+ * the child's to lose). */
+static State *take_state(ZeroAhead *self) {
     State *s = self->state;
-    if (s == NULL) return;
     self->state = NULL;
-    if (self->pid != getpid()) return;
+    return s != NULL && self->pid == getpid() ? s : NULL;
+}
+
+/* Stops the thread of a state taken from its object: once this returns, no
+ * zero is written. Needs no GIL. */
+static void stop(State *s) {
+    if (s == NULL) return;
     pthread_mutex_lock(&s->mu); /* waits for the pwrite in flight */
     s->stop = 1;
     pthread_cond_signal(&s->cv);
@@ -189,7 +200,7 @@ static int ZeroAhead_init(ZeroAhead *self, PyObject *args, PyObject *kwds) {
 }
 
 static void ZeroAhead_dealloc(ZeroAhead *self) {
-    stop(self);
+    stop(take_state(self));
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -214,7 +225,10 @@ static PyObject *ZeroAhead_advance(ZeroAhead *self, PyObject *arg) {
     }
     int64_t done = __atomic_load_n(&s->done, __ATOMIC_ACQUIRE);
     if (end > done) {
-        /* The records outran the zeros: claim the bytes, and wake the thread. */
+        /* The records outran the zeros: claim the bytes, and wake the thread.
+         * Without the GIL another thread may close the object meanwhile: this
+         * call owns the state until it is done with it. */
+        __atomic_add_fetch(&s->owners, 1, __ATOMIC_ACQ_REL);
         Py_BEGIN_ALLOW_THREADS
         pthread_mutex_lock(&s->mu); /* waits for the pwrite in flight */
         if (end > s->floor) s->floor = end;
@@ -222,14 +236,16 @@ static PyObject *ZeroAhead_advance(ZeroAhead *self, PyObject *arg) {
         done = s->done;
         pthread_cond_signal(&s->cv);
         pthread_mutex_unlock(&s->mu);
+        release(s);
         Py_END_ALLOW_THREADS
     }
     return PyLong_FromLongLong(done);
 }
 
 static PyObject *ZeroAhead_close(ZeroAhead *self, PyObject *Py_UNUSED(ignored)) {
+    State *s = take_state(self); /* with the GIL: one close() takes it, others find NULL */
     Py_BEGIN_ALLOW_THREADS
-    stop(self);
+    stop(s);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }

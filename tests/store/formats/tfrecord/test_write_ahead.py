@@ -356,3 +356,76 @@ def test_a_shard_that_will_take_few_more_records_writes_nothing_ahead(tmp_path, 
     _record(tmp_path / "ds", 36, max_episodes_per_file=12)
     assert zeros_cut == [0, 0, 0]
     assert len(load_episodes(tmp_path / "ds", "train")) == 36
+
+
+# The object misused from Python threads: advance() while another thread closes
+# it (advance lets the GIL go), and two close() calls at once. Before issue 46
+# the first read the state after the zeros thread had freed it and the second
+# released it twice (AddressSanitizer: heap-use-after-free; .ci/sanitizers runs
+# this test against a build with it). Run in a child: a crash must fail the test,
+# not end the run.
+_MISUSE = textwrap.dedent(
+    """
+    import os, sys, threading, time
+    from rlds_writer.store import write_ahead
+
+    zero_ahead = write_ahead.zero_ahead_type()
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)
+    rounds, deadline = 0, time.monotonic() + float(sys.argv[2])
+    while rounds < 300 or time.monotonic() < deadline and rounds < 3000:
+        rounds += 1
+        zeros = zero_ahead(fd, 0, 1 << 16)
+        start = threading.Barrier(len(sys.argv) - 3)
+        reached = []
+
+        def advance():
+            start.wait()
+            end = 1 << 17
+            try:
+                while True:  # each end past the zeros: claimed without the GIL
+                    reached.append(zeros.advance(end) >= end)
+                    end += 1 << 17
+            except ValueError:  # closed meanwhile: refused, as after close()
+                pass
+
+        def close():
+            start.wait()
+            zeros.close()
+
+        calls = {"advance": advance, "close": close}
+        threads = [threading.Thread(target=calls[name]) for name in sys.argv[3:]]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert all(reached), reached
+        zeros.close()
+    os.close(fd)
+    print("rounds", rounds)
+    """
+)
+
+
+@pytest.mark.skipif(
+    write_ahead.zero_ahead_type() is None, reason="the _zero_ahead extension is not built"
+)
+@pytest.mark.parametrize(
+    "calls",
+    [("advance", "close"), ("close", "close"), ("advance", "close", "close")],
+    ids="-".join,
+)
+def test_advance_and_close_on_threads_at_once_neither_use_nor_free_the_state_twice(
+    tmp_path, calls
+):
+    # MALLOC_PERTURB_: memory the old code freed too early is overwritten, so its
+    # late use shows (a wrong reach, a hang, a crash) without the sanitizers too.
+    env = {**os.environ, "MALLOC_PERTURB_": "165"}
+    child = subprocess.run(
+        [sys.executable, "-c", _MISUSE, str(tmp_path / "file"), "1", *calls],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.startswith("rounds ")
