@@ -84,6 +84,15 @@ _SNAN16 = np.frombuffer(bytes.fromhex("017c"), np.float16)[0]
 _SNAN64 = float(np.frombuffer(bytes.fromhex("010000000000f07f"), np.float64)[0])
 _NANS = [*_SNAN32, _SNAN16, _SNAN64, np.float64(_SNAN64)]
 
+
+def _with_grid_value(episode: EpisodeSpec, value: np.float32) -> EpisodeSpec:
+    """The episode with `value` in one cell of its second observation's grid."""
+    grid = episode.observations[1]["grid"].copy()
+    grid[1, 2] = value  # numpy's item assignment keeps the bits
+    episode.observations[1] = {**episode.observations[1], "grid": grid}
+    return episode
+
+
 EPISODES = {
     "packed": _episode([0, 1, 2, 127], [0.5, -1.25, 3.0, 1e-3], [0, 5, 127, 1, 2]),
     "action 128 and up": _episode([1, 128, 300, 2**40], [0.5] * 4, [0, 1, 2, 3, 4]),
@@ -104,6 +113,9 @@ EPISODES = {
         [1] * 6, [0.5, *_NANS], [0] * 7, discounts=[0.25, *_NANS]
     ),
     "signalling NaNs first": _episode([1] * 5, [*_NANS], [0] * 6, discounts=[*_NANS]),
+    "a signalling NaN in an array": _with_grid_value(
+        _episode([1] * 3, [0.5] * 3, [0] * 4), _SNAN32[1]
+    ),
     # The ints a double holds: numpy casts them (float32 inf past its range).
     "ints a double holds": _episode(
         [1] * 4, [0.5, 2**1024 - 2**970 - 1, 2**200, -(2**100)], [0] * 5

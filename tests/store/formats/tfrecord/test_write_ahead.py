@@ -367,7 +367,7 @@ def test_a_shard_that_will_take_few_more_records_writes_nothing_ahead(tmp_path, 
 _MISUSE = textwrap.dedent(
     """
     import os, sys, threading, time
-    from rlds_writer.store import write_ahead
+    from rlds_writer.store.formats.tfrecord import write_ahead
 
     zero_ahead = write_ahead.zero_ahead_type()
     fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)
@@ -414,9 +414,7 @@ _MISUSE = textwrap.dedent(
     [("advance", "close"), ("close", "close"), ("advance", "close", "close")],
     ids="-".join,
 )
-def test_advance_and_close_on_threads_at_once_neither_use_nor_free_the_state_twice(
-    tmp_path, calls
-):
+def test_advance_and_close_on_threads_at_once_neither_use_nor_free_the_state_twice(tmp_path, calls):
     # MALLOC_PERTURB_: memory the old code freed too early is overwritten, so its
     # late use shows (a wrong reach, a hang, a crash) without the sanitizers too.
     env = {**os.environ, "MALLOC_PERTURB_": "165"}
