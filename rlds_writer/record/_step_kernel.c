@@ -27,7 +27,7 @@
 #include <numpy/arrayscalars.h>
 
 /* A column's rows of one fixed size, end to end in one growing buffer
- * (record/columns.py `_ArrayColumn`): the step copies an observation's bytes
+ * (record/row_columns.py `_ArrayColumn`): the step copies an observation's bytes
  * in, instead of making a `bytes` per step that the episode's end joins. */
 typedef struct {
     PyObject_HEAD
@@ -126,6 +126,22 @@ long_within(PyObject *v, long long lo, long long hi, long long *out)
     return 1;
 }
 
+/* What the packed scalar columns take as they are, listed once: `float_value`
+ * and `int_value` take these, and the module hands the same lists to Python
+ * (NUMBER_TYPES, INT64_TYPES, FLOAT32_EXACT_INT, FLOAT64_EXACT_INT), whose
+ * compiled step tests values with them (record/scalar_columns.py). */
+/* The largest Python int a float column of `row` bytes holds exactly: 2**24, 2**53. */
+#define FLOAT_EXACT_INT(row) ((row) == 4 ? (1LL << 24) : (1LL << 53))
+/* The scalar types a float column takes (`float_value` reads each its own way). */
+#define NUMBER_SCALARS(X) X(PyFloat_Type) X(PyDoubleArrType_Type) X(PyFloatArrType_Type)
+/* The numpy integer scalars an int64 column takes: each holds its values in
+ * int64 (np.long is 32 bits on some platforms; np.uint, an unsigned long, is
+ * not taken). X(type object, its PyArrayScalar_VAL name). */
+#define INT64_SCALARS(X) \
+    X(PyLongArrType_Type, Long) X(PyLongLongArrType_Type, LongLong) \
+    X(PyIntArrType_Type, Int) X(PyShortArrType_Type, Short) X(PyByteArrType_Type, Byte) \
+    X(PyUIntArrType_Type, UInt) X(PyUShortArrType_Type, UShort) X(PyUByteArrType_Type, UByte)
+
 /* A packed scalar's bytes, as they go into its RowBuffer (the first 4 of a float32). */
 typedef union {
     double f;
@@ -156,7 +172,7 @@ float_value(PyObject *v, Py_ssize_t row, Packed *out)
         }
         d = (double)PyArrayScalar_VAL(v, Float);
     } else if (t == &PyLong_Type) {
-        long long exact = row == 4 ? (1LL << 24) : (1LL << 53), x;
+        long long exact = FLOAT_EXACT_INT(row), x;
         int taken = long_within(v, -exact, exact, &x);
         if (taken != 1) return taken;
         d = (double)x;
@@ -193,7 +209,7 @@ rows_append_number(RowBuffer *b, PyObject *value)
 }
 
 /* A value of an int64 scalar column: a Python int within int64, or a numpy
- * integer scalar of at most 32 bits or int64 (each holds its value exactly).
+ * integer scalar of INT64_SCALARS (each holds its value exactly).
  * 1: taken (*out set); 0: anything else, left to the Python step (which
  * refuses an int out of range by name, or casts); -1: an error is set. */
 static int
@@ -201,18 +217,55 @@ int_value(PyObject *v, long long *out)
 {
     PyTypeObject *t = Py_TYPE(v);
     if (t == &PyLong_Type) return long_within(v, LLONG_MIN, LLONG_MAX, out);
-    if (t == &PyLongArrType_Type) *out = (long long)PyArrayScalar_VAL(v, Long);
-    else if (t == &PyLongLongArrType_Type) *out = (long long)PyArrayScalar_VAL(v, LongLong);
-    else if (t == &PyIntArrType_Type) *out = PyArrayScalar_VAL(v, Int);
-    else if (t == &PyShortArrType_Type) *out = PyArrayScalar_VAL(v, Short);
-    else if (t == &PyByteArrType_Type) *out = PyArrayScalar_VAL(v, Byte);
-    else if (t == &PyUIntArrType_Type) *out = PyArrayScalar_VAL(v, UInt);
-    else if (t == &PyUShortArrType_Type) *out = PyArrayScalar_VAL(v, UShort);
-    else if (t == &PyUByteArrType_Type) *out = PyArrayScalar_VAL(v, UByte);
-    else return 0;
-    /* np.long is 32 bits on some platforms, and np.uint (unsigned long) is not
-     * taken: every type above holds its values in int64. */
-    return 1;
+#define TAKE_INT(type, name) \
+    if (t == &type) { \
+        *out = (long long)PyArrayScalar_VAL(v, name); \
+        return 1; \
+    }
+    INT64_SCALARS(TAKE_INT)
+#undef TAKE_INT
+    return 0;
+}
+
+/* A tuple of `n` type objects. */
+static PyObject *
+type_tuple(PyTypeObject *const *types, Py_ssize_t n)
+{
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF((PyObject *)types[i]);
+        PyTuple_SET_ITEM(out, i, (PyObject *)types[i]);
+    }
+    return out;
+}
+
+static int
+add_owned(PyObject *m, const char *name, PyObject *value)
+{
+    if (value == NULL) return -1;
+    int rc = PyModule_AddObjectRef(m, name, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+/* NUMBER_TYPES, INT64_TYPES, FLOAT32_EXACT_INT and FLOAT64_EXACT_INT: the lists
+ * above, for the Python step's test of the same values. */
+static int
+add_packed_types(PyObject *m)
+{
+#define NUMBER_TYPE(type) &type,
+#define INT64_TYPE(type, unused) &type,
+    PyTypeObject *const numbers[] = {NUMBER_SCALARS(NUMBER_TYPE)};
+    PyTypeObject *const ints[] = {INT64_SCALARS(INT64_TYPE)};
+#undef NUMBER_TYPE
+#undef INT64_TYPE
+    if (add_owned(m, "NUMBER_TYPES", type_tuple(numbers, sizeof numbers / sizeof *numbers)) < 0
+        || add_owned(m, "INT64_TYPES", type_tuple(ints, sizeof ints / sizeof *ints)) < 0
+        || add_owned(m, "FLOAT32_EXACT_INT", PyLong_FromLongLong(FLOAT_EXACT_INT(4))) < 0
+        || add_owned(m, "FLOAT64_EXACT_INT", PyLong_FromLongLong(FLOAT_EXACT_INT(8))) < 0)
+        return -1;
+    return 0;
 }
 
 static PyObject *
@@ -325,7 +378,7 @@ static PyTypeObject RowBufferType = {
     .tp_as_sequence = &rows_as_sequence,
 };
 
-/* How a column takes its value (record/columns.py `kernel_leaf`). */
+/* How a column takes its value (record/*_columns.py `kernel_leaf`). */
 enum {
     LEAF_INT = 0,    /* a Python int within [lo, hi] (the dtype's range), or a type in `types` */
     LEAF_SCALAR = 1, /* a Python float if `float_first`, or a type in `types`; with a
@@ -901,7 +954,8 @@ PyInit__step_kernel(void)
         || PyModule_AddIntConstant(m, "LEAF_ARRAY", LEAF_ARRAY) < 0
         || PyModule_AddIntConstant(m, "LEAF_NONE", LEAF_NONE) < 0
         || PyModule_AddIntConstant(m, "LEAF_FLOAT", LEAF_FLOAT) < 0
-        || PyModule_AddIntConstant(m, "LEAF_INT64", LEAF_INT64) < 0) {
+        || PyModule_AddIntConstant(m, "LEAF_INT64", LEAF_INT64) < 0
+        || add_packed_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -22,7 +22,9 @@ import numpy as np
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.appender import build_appender, compile_step_add
-from rlds_writer.record.columns import LargeArrayColumn, make_column, skip
+from rlds_writer.record.chunk_columns import LargeArrayColumn
+from rlds_writer.record.columns import make_column
+from rlds_writer.record.row_columns import skip
 from rlds_writer.record.values import cast_value
 from rlds_writer.store.episodes.episode_data import BufferPool, Episode, PackedColumn
 from rlds_writer.store.features import field_specs

@@ -54,6 +54,11 @@ def _module() -> Any:
         return None
 
 
+def extension() -> Any:
+    """The C module (`_step_kernel`), or None where it is not built or not used."""
+    return _module() if available() else None
+
+
 def available() -> bool:
     """Whether the C step is built and not disabled."""
     return not disabled() and _module() is not None

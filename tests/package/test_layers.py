@@ -50,11 +50,14 @@ ROOMS = {
 # The recording core: the modules at the top of record/.
 _RECORD_CORE = (
     "appender",
+    "chunk_columns",
     "columns",
     "config",
     "episode",
     "gymnasium_recording",
     "recorder",
+    "row_columns",
+    "scalar_columns",
     "spaces",
     "step_kernel",
     "values",

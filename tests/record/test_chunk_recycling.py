@@ -22,13 +22,13 @@ from helpers_core import load_episodes
 
 import rlds_writer
 from rlds_writer import RecordRLDS
-from rlds_writer.record import columns as columns_lib
+from rlds_writer.record import chunk_columns
 from rlds_writer.store.episodes import chunk_spares, episode_data
 
 _SHAPE = (64, 64, 3)  # 12,288-byte rows: a chunked (large-row) column
 _ROWS_PER_CHUNK = 4
 # A raw row in its chunk: behind its 3-byte BytesList entry head
-# (`columns.FramedRowsColumn`), so a chunk is (rows, _ROW) bytes.
+# (`chunk_columns.FramedRowsColumn`), so a chunk is (rows, _ROW) bytes.
 _ROW = int(np.prod(_SHAPE)) + 3
 _FRAMED = (_ROW,)
 _KEY = "steps/observation"
@@ -36,8 +36,8 @@ _KEY = "steps/observation"
 
 @pytest.fixture(autouse=True)
 def small_chunks_no_spares(monkeypatch):
-    monkeypatch.setattr(columns_lib, "_CHUNK_BYTES", _ROWS_PER_CHUNK * _ROW)
-    monkeypatch.setattr(columns_lib, "_IMAGE_CHUNK_BYTES", _ROWS_PER_CHUNK * int(np.prod(_SHAPE)))
+    monkeypatch.setattr(chunk_columns, "_CHUNK_BYTES", _ROWS_PER_CHUNK * _ROW)
+    monkeypatch.setattr(chunk_columns, "_IMAGE_CHUNK_BYTES", _ROWS_PER_CHUNK * int(np.prod(_SHAPE)))
     chunk_spares.spares.clear()  # none left by another test
     yield
     chunk_spares.spares.clear()

@@ -175,13 +175,20 @@ def test_scalar_columns_of_python_numbers_store_what_numpy_casts_them_to(tmp_pat
 def test_a_value_the_test_passes_but_its_packed_column_refuses_is_cast_not_lost(
     tmp_path, monkeypatch
 ):
-    """The compiled test's types mirror `RowBuffer.append_number`'s; were they to
-    drift, a value passing the test that the buffer refuses is cast, not lost."""
-    from rlds_writer.record import columns, step_kernel
+    """The compiled test's types are `RowBuffer.append_number`'s (the C module's
+    list); were they to drift, a value passing the test that the buffer
+    refuses is cast, not lost."""
+    from rlds_writer.record import scalar_columns, step_kernel
 
     if not step_kernel.available():
         pytest.skip("the C step is not built (no C compiler at install)")
-    monkeypatch.setattr(columns, "_EXACT_FLOATS", columns._EXACT_FLOATS | {np.float16})
+    accepts = scalar_columns.packed_accepts
+
+    def drifted(kind: str, itemsize: int) -> tuple[frozenset, tuple[int, int]]:
+        types, ints = accepts(kind, itemsize)
+        return (types | {np.float16} if kind == "float" else types), ints
+
+    monkeypatch.setattr(scalar_columns, "packed_accepts", drifted)
     config = rlds_writer.DatasetConfig(
         name="drift", observation_info=np.float32, action_info=np.int64, reward_info=np.float32
     )

@@ -16,7 +16,7 @@ from helpers_core import load_episodes
 import rlds_writer
 from rlds_writer import RecordRLDS
 from rlds_writer.errors import StepValueError
-from rlds_writer.record import columns as columns_lib
+from rlds_writer.record import chunk_columns
 from rlds_writer.store.episodes.episode_data import BufferPool
 from rlds_writer.store.formats.tfrecord import tfrecord
 
@@ -26,8 +26,8 @@ _SMALL_CHUNK = 3 * 16 * 16 * 3
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    monkeypatch.setattr(columns_lib, "_CHUNK_BYTES", _SMALL_CHUNK)
-    monkeypatch.setattr(columns_lib, "_IMAGE_CHUNK_BYTES", _SMALL_CHUNK)
+    monkeypatch.setattr(chunk_columns, "_CHUNK_BYTES", _SMALL_CHUNK)
+    monkeypatch.setattr(chunk_columns, "_IMAGE_CHUNK_BYTES", _SMALL_CHUNK)
 
 
 class _FramesEnv(gym.Env):
@@ -256,7 +256,7 @@ def test_raw_frame_copies_let_the_writer_thread_run_and_image_frame_copies_keep_
     # Ordinary chunks even if an earlier test left image processes running:
     # making a shared one lets the GIL go (system calls, a prefill thread),
     # which is not the copy this test is about.
-    monkeypatch.setattr(columns_lib.shared_frames, "wanted", lambda: False)
+    monkeypatch.setattr(chunk_columns.shared_frames, "wanted", lambda: False)
     env = RecordRLDS(_BigFrameEnv(), tmp_path / "ds", image_encoding=image_encoding)
     env.reset()
     (buffer,) = env._recording.recorder._buffers.values()
@@ -272,7 +272,7 @@ def test_raw_frames_reach_the_writer_as_one_stretch_of_the_record_per_chunk(tmp_
     # episode are handed to the shard (hashed, written) as one part per chunk,
     # not as two per row. Chunks come dirty here, as a buffer recycled from
     # another recording may: the heads are written whenever a chunk is taken.
-    monkeypatch.setattr(columns_lib, "_CHUNK_BYTES", 3 * (84 * 84 * 3 + 3))
+    monkeypatch.setattr(chunk_columns, "_CHUNK_BYTES", 3 * (84 * 84 * 3 + 3))
     take = BufferPool.take
 
     def dirty_take(self, *args, **kwargs):

@@ -28,8 +28,7 @@ from helpers_core import load_episodes
 
 import rlds_writer
 from rlds_writer.errors import StepValueError
-from rlds_writer.record import columns as columns_lib
-from rlds_writer.record import step_kernel
+from rlds_writer.record import chunk_columns, row_columns, scalar_columns, step_kernel
 
 _SHAPE = (3, 2)
 
@@ -491,12 +490,13 @@ def test_python_int_actions_in_any_int_dtype_are_taken_at_the_step_and_bounded(
         else:
             monkeypatch.delenv(step_kernel.PURE_PYTHON_ENV, raising=False)
         casts: list[Any] = []
-        cast = columns_lib.cast_value
-        monkeypatch.setattr(
-            columns_lib,
-            "cast_value",
-            lambda f, v, casts=casts, cast=cast: casts.append(v) or cast(f, v),
-        )
+        cast = scalar_columns.cast_value
+        for kind in (scalar_columns, row_columns, chunk_columns):
+            monkeypatch.setattr(
+                kind,
+                "cast_value",
+                lambda f, v, casts=casts, cast=cast: casts.append(v) or cast(f, v),
+            )
         scripts = [[_mid(0.5, _obs(t)) for t in range(len(a) - 1)] + [_last()] for a in episodes]
         path = tmp_path / ("py" if pure else "c")
         errors = []

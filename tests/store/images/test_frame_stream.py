@@ -23,7 +23,7 @@ from test_image_processes import _shard_bytes
 import rlds_writer
 from rlds_writer import RecordRLDS
 from rlds_writer.errors import StepValueError, WriterFailedError
-from rlds_writer.record.columns import _StreamedImageColumn
+from rlds_writer.record.chunk_columns import _StreamedImageColumn
 from rlds_writer.store.images import frame_stream, image_codecs
 from rlds_writer.store.writing import encoding
 

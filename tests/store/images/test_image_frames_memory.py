@@ -17,7 +17,7 @@ from helpers_core import load_episodes
 from test_image_processes import _Cameras, _run_episodes, _shard_bytes, _worker_pids
 
 from rlds_writer import RecordRLDS
-from rlds_writer.record.columns import LargeArrayColumn
+from rlds_writer.record.chunk_columns import LargeArrayColumn
 from rlds_writer.store.episodes import shared_frames
 from rlds_writer.store.images import image_processes
 from rlds_writer.store.writing import encoding
