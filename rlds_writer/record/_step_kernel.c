@@ -378,7 +378,7 @@ static PyTypeObject RowBufferType = {
     .tp_as_sequence = &rows_as_sequence,
 };
 
-/* How a column takes its value (record/*_columns.py `kernel_leaf`). */
+/* How a column takes its value (the `kernel_leaf` of record/scalar_columns.py, row_columns.py). */
 enum {
     LEAF_INT = 0,    /* a Python int within [lo, hi] (the dtype's range), or a type in `types` */
     LEAF_SCALAR = 1, /* a Python float if `float_first`, or a type in `types`; with a
