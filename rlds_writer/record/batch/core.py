@@ -40,6 +40,7 @@ from rlds_writer.record.values import cast_value
 from rlds_writer.store.episodes.episode_data import Episode
 from rlds_writer.store.features import end_reasons, feature_defs, field_specs
 from rlds_writer.store.storage.object_path import as_path
+from rlds_writer.store.writing.batch_records import EpisodeBatch
 from rlds_writer.store.writing.exit_close import close_at_exit
 from rlds_writer.store.writing.writer import DatasetWriter
 
@@ -121,10 +122,13 @@ class BatchRecorder:
         self._ring = TimeRing(
             self._fields, num_envs, chunk_steps(self._fields, num_envs, ring_bytes), per_env
         )
-        self._episode_values = {
-            reason: self._episode_values_for(reason)
+        # By index: 0 terminated, 1 truncated, 2 cut short.
+        self._reason_values = [
+            self._episode_values_for(reason)
             for reason in (end_reasons.TERMINATED, end_reasons.TRUNCATED, end_reasons.CUT_SHORT)
-        }
+        ]
+        # Episodes that end together are encoded together where every field allows.
+        self._batched = self.writer.batch_encoder is not None
         self._metadata_keys = list(self._layout.metadata_keys)
         self._checked: dict[tuple[str, int], tuple[type, tuple, np.dtype]] = {}
         close_at_exit(self)
@@ -293,17 +297,49 @@ class BatchRecorder:
 
     def _end_envs(self, envs: np.ndarray, terminated: Any, cut_short: bool) -> None:
         terminated = np.broadcast_to(np.asarray(terminated, np.bool_), envs.shape)
+        if cut_short:
+            terminated = np.zeros(envs.shape, np.bool_)
         by_env = dict(zip(envs.tolist(), terminated.tolist()))
-        flags, write, split = self._layout.flags, self.writer.write, self.split
-        values = self._episode_values
-        for i, n, columns in self._ring.gather(envs):
-            ended = by_env[i] and not cut_short
+        together, apart = self._ring.gather(envs)
+        write, split = self.writer.write, self.split
+        if together is not None:
+            ids, offsets, steps, columns = together
+            by_slot = np.zeros(self.num_envs, np.bool_)
+            by_slot[envs] = terminated
+            ended = by_slot[ids]
             if cut_short:
-                reason = end_reasons.CUT_SHORT
+                reasons = np.full(len(ids), 2, np.int64)
             else:
-                reason = end_reasons.TERMINATED if ended else end_reasons.TRUNCATED
-            columns.update(flags(n, ended))
-            write(Episode(columns, dict(values[reason]), n), split)
+                reasons = np.where(ended, 0, 1)
+            self._add_flags(columns, offsets, steps, ended)
+            if self._batched:
+                write(EpisodeBatch(columns, offsets, steps, reasons, self._reason_values), split)
+            else:
+                for j, (lo, n) in enumerate(zip(offsets.tolist(), steps.tolist())):
+                    values = dict(self._reason_values[reasons[j]])
+                    episode = {key: column[lo : lo + n] for key, column in columns.items()}
+                    write(Episode(episode, values, n), split)
+        for i, n, columns in apart:
+            ended = by_env[i]
+            reason = 2 if cut_short else (0 if ended else 1)
+            columns.update(self._layout.flags(n, ended))
+            write(Episode(columns, dict(self._reason_values[reason]), n), split)
+
+    def _add_flags(
+        self, columns: dict[str, Any], offsets: np.ndarray, steps: np.ndarray, ended: np.ndarray
+    ) -> None:
+        total = int(offsets[-1] + steps[-1])
+        last = offsets + steps - 1
+        keys = self._layout.flag_keys
+        if "is_first" in keys:
+            column = columns[keys["is_first"]] = np.zeros(total, np.bool_)
+            column[offsets] = True
+        if "is_last" in keys:
+            column = columns[keys["is_last"]] = np.zeros(total, np.bool_)
+            column[last] = True
+        if "is_terminal" in keys:
+            column = columns[keys["is_terminal"]] = np.zeros(total, np.bool_)
+            column[last] = ended
 
     def flush(self) -> None:
         """Blocks until every ended episode is on disk and listed (`dataset_info.json`)."""

@@ -150,24 +150,26 @@ class TimeRing:
 
     # ------------------------------------------------------- episode ends
 
-    def gather(self, envs: np.ndarray) -> list[tuple[int, int, dict[str, np.ndarray]]]:
-        """Ends the open episodes of `envs` at the last written row; returns their columns.
+    def gather(self, envs: np.ndarray) -> tuple[Any, list[tuple[int, int, dict[str, np.ndarray]]]]:
+        """Ends the open episodes of `envs` at their last written row; returns their columns.
 
         Returns:
-          `(env, num_steps, {field key: column})` per sub-env, RLDS-aligned
-          (the final step's transition values are zeros).
+          `(together, apart)`: `together` is `(envs, offsets, steps, columns)`
+          for the episodes wholly in the ring, episode `j` being rows
+          `offsets[j] .. offsets[j] + steps[j] - 1` of each column (or None);
+          `apart` is `(env, num_steps, columns)` for each spilled one. Both
+          RLDS-aligned: the final step's transition values are zeros.
         """
         envs = np.asarray(envs, np.int64)
         self.open[envs] = False
-        plain = [i for i in envs.tolist() if i not in self.spilled] if self.spilled else envs
-        out = self._gather_ring(np.asarray(plain, np.int64)) if len(plain) else []
+        apart = []
         if self.spilled:
-            for i in envs.tolist():
-                if i in self.spilled:
-                    out.append(self._gather_spilled(i))
-        return out
+            spilled = np.array([i in self.spilled for i in envs.tolist()], np.bool_)
+            apart = [self._gather_spilled(i) for i in envs[spilled].tolist()]
+            envs = envs[~spilled]
+        return (self._gather_ring(envs) if len(envs) else None), apart
 
-    def _gather_ring(self, envs: np.ndarray) -> list[tuple[int, int, dict[str, np.ndarray]]]:
+    def _gather_ring(self, envs: np.ndarray) -> tuple[Any, ...]:
         # Every episode's rows in one index per field: episode j is steps
         # offsets[j] .. offsets[j] + steps[j] - 1 of one array per field.
         last = self.t - 1 if self.tvec is None else self.tvec[envs] - 1
@@ -176,9 +178,10 @@ class TimeRing:
         steps = rows_per + 1
         offsets = np.cumsum(steps) - steps
         total = int(steps[-1] + offsets[-1])
-        if int(rows_per.sum()):
+        transitions = int(rows_per.sum())
+        if transitions:
             first_of = np.repeat(np.cumsum(rows_per) - rows_per, rows_per)
-            k = np.arange(int(rows_per.sum())) - first_of
+            k = np.arange(transitions) - first_of
             ring_rows = (np.repeat(starts, rows_per) + k) % self.size
             ring_envs = np.repeat(envs, rows_per)
             at = np.repeat(offsets, rows_per) + k  # transition rows; observations one later
@@ -196,11 +199,7 @@ class TimeRing:
                 column[at] = self.ring[key][ring_rows, ring_envs]
                 column[finals] = field.zero
             columns[key] = column
-        out = []
-        for j, i in enumerate(envs.tolist()):
-            lo, n = int(offsets[j]), int(steps[j])
-            out.append((i, n, {key: column[lo : lo + n] for key, column in columns.items()}))
-        return out
+        return envs, offsets, steps, columns
 
     def _gather_spilled(self, i: int) -> tuple[int, int, dict[str, np.ndarray]]:
         spilled = self.spilled.pop(i)

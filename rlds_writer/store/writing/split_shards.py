@@ -112,6 +112,35 @@ class SplitShards:
     def append(self, split: str, parts: Any, length: int) -> None:
         """Writes one encoded episode to `split`'s open shard (opening one) and hands
         it to the OS; `rotate_if_full` next."""
+        state = self._open(split)
+        state.shard.write(parts, length)
+        state.shard.flush()
+        self.appended += 1
+        state.episodes.append(self.appended)
+
+    def room(self, split: str) -> int:
+        """How many more episodes `split`'s open shard takes before it rotates."""
+        state = self._splits.get(split)
+        held = state.shard.num_records if state is not None and state.shard is not None else 0
+        return max(1, self.max_episodes_per_file - held)
+
+    def append_records(self, split: str, buffer: Any, starts: Any, lengths: Any) -> None:
+        """Writes encoded episodes given framed as TFRecord in `buffer` (`batch_records`):
+        record `j`'s frame at `starts[j]`, its data `lengths[j]` bytes; at most `room`."""
+        state = self._open(split)
+        shard = state.shard
+        view = memoryview(buffer)
+        if hasattr(shard, "write_framed"):  # TFRecord: the frames are the file's bytes
+            end = int(starts[-1]) + 12 + int(lengths[-1]) + 4
+            shard.write_framed(view[int(starts[0]) : end], len(starts), int(lengths.sum()))
+        else:
+            for start, n in zip(starts.tolist(), lengths.tolist()):
+                shard.write(view[start + 12 : start + 12 + n].tobytes(), n)
+        shard.flush()
+        state.episodes.extend(range(self.appended + 1, self.appended + len(starts) + 1))
+        self.appended += len(starts)
+
+    def _open(self, split: str) -> _SplitState:
         state = self._splits.get(split)
         if state is None:
             state = self._splits[split] = _SplitState(split, [], 0)
@@ -121,10 +150,7 @@ class SplitShards:
             state.shard = open_shard(path, self.file_format, self.fsync)
             if hasattr(state.shard, "max_records"):  # a shard that plans by it (tfrecord)
                 state.shard.max_records = self.max_episodes_per_file
-        state.shard.write(parts, length)
-        state.shard.flush()
-        self.appended += 1
-        state.episodes.append(self.appended)
+        return state
 
     def room_inline(self, split: str) -> bool:
         """Whether the next episode of `split` can be appended without touching an

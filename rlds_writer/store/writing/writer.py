@@ -31,6 +31,7 @@ from rlds_writer.store.features import field_specs
 from rlds_writer.store.formats import shards
 from rlds_writer.store.storage.object_path import as_path
 from rlds_writer.store.writing import dataset_setup, encoding, exit_close
+from rlds_writer.store.writing.batch_records import BatchRecordEncoder, EpisodeBatch, supports
 from rlds_writer.store.writing.split_shards import SplitShards
 
 if TYPE_CHECKING:
@@ -132,6 +133,10 @@ class DatasetWriter:
         )
         self.features = self.info.features
         self.encoder = encoding.EpisodeEncoder(self.features, image_workers=image_workers)
+        # Many episodes encoded together (`write(EpisodeBatch)`), where every field allows.
+        self.batch_encoder = (
+            BatchRecordEncoder(self.encoder.fields) if supports(self.encoder.fields) else None
+        )
         field_specs.warn_float64(self.encoder.fields)
         self.queue_size = max(1, queue_size)
         self.max_queue_bytes = max_queue_bytes
@@ -408,6 +413,9 @@ class DatasetWriter:
         return waiting.columns if waiting is not None else None
 
     def _write_episode(self, split: str, episode: Episode, commit: bool = True) -> None:
+        if type(episode) is EpisodeBatch:
+            self._write_batch(split, episode, commit)
+            return
         parts, length = self.encoder.encode_parts(
             episode.columns,
             episode.episode_values,
@@ -432,6 +440,9 @@ class DatasetWriter:
         """An episode handed over before a failure and queued: written to the open
         shard of an object store's dataset (a local file, kept with the others at
         close), never rotated nor committed; dropped elsewhere (counted)."""
+        if type(episode) is EpisodeBatch:
+            self._keep_batch(split, episode)
+            return
         if not self._shards.remote:
             self._dropped += 1
             return
@@ -443,6 +454,38 @@ class DatasetWriter:
         except Exception as e:  # noqa: BLE001 - the first error is the one raised
             _log.error("could not keep an episode of %s after the failure: %r", self.path, e)
             self._dropped += 1
+
+    def _keep_batch(self, split: str, batch: EpisodeBatch) -> None:
+        """`_keep_episode` for a batch of episodes."""
+        if not self._shards.remote:
+            self._dropped += batch.count
+            return
+        try:
+            buffer, starts, lengths = self.batch_encoder.encode(batch)
+            self._shards.append_records(split, buffer, starts, lengths)
+            batch.release()
+            self.episodes_written += batch.count
+        except Exception as e:  # noqa: BLE001 - the first error is the one raised
+            _log.error("could not keep episodes of %s after the failure: %r", self.path, e)
+            self._dropped += batch.count
+
+    def _write_batch(self, split: str, batch: EpisodeBatch, commit: bool) -> None:
+        """Writes a batch's episodes, their records encoded together, into shards as usual."""
+        buffer, starts, lengths = self.batch_encoder.encode(batch)
+        done = 0
+        while done < batch.count:
+            take = min(batch.count - done, self._shards.room(split))
+            part = slice(done, done + take)
+            self._shards.append_records(split, buffer, starts[part], lengths[part])
+            done += take
+            self._shards.rotate_if_full(split)
+        batch.release()
+        self.episodes_written += batch.count
+        self.steps_written += batch.num_steps
+        self.bytes_written += int(lengths.sum())
+        self._dirty = True
+        if commit and time.monotonic() - self._last_commit >= self.commit_interval:
+            self._commit()
 
     def _end(self) -> None:
         """Closes the shards and makes the last commit (holding the I/O lock)."""

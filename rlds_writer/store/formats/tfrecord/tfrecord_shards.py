@@ -90,6 +90,21 @@ class TFRecordShardWriter:
         self.num_records += 1
         self.num_bytes += length
 
+    def write_framed(self, framed: Any, count: int, data_bytes: int) -> None:
+        """Appends `count` records already framed end to end (`store.batch_records`)."""
+        total = len(framed)
+        if self._fd is not None:
+            end = self._end + total
+            if end > self._check_at:
+                left = None if self.max_records is None else self.max_records - self.num_records
+                self._check_at = self._ahead.before(self._end, end, left)
+            storage.writev_all(self._fd, [framed], total)
+            self._end = end
+        else:
+            self._f.write_parts([framed])
+        self.num_records += count
+        self.num_bytes += data_bytes
+
     def flush(self) -> None:
         """Hands everything written so far to the OS (and to the disk with fsync)."""
         if self._fd is not None:

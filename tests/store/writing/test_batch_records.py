@@ -1,0 +1,84 @@
+"""Episodes encoded together (`EpisodeBatch`) are the records each one encoded alone gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlds_writer.record.config import recording_config
+from rlds_writer.store.features import end_reasons, feature_defs
+from rlds_writer.store.writing.batch_records import EpisodeBatch, supports
+from rlds_writer.store.writing.writer import DatasetWriter
+
+
+def _config():
+    return recording_config(
+        name="batch",
+        observation_info={
+            "pos": feature_defs.Tensor(shape=(3,), dtype=np.float32),
+            "wide": feature_defs.Tensor(shape=(2, 2), dtype=np.float64),
+        },
+        action_info=feature_defs.Tensor(shape=(2,), dtype=np.int64),
+        reward_info=feature_defs.Scalar(dtype=np.float32),
+        discount_info=feature_defs.Scalar(dtype=np.float32),
+        step_metadata_info={
+            "big": feature_defs.Scalar(dtype=np.int64),
+            "small": feature_defs.Scalar(dtype=np.uint8),
+            "flag": feature_defs.Scalar(dtype=np.bool_),
+        },
+        episode_metadata_info={end_reasons.END_REASON: feature_defs.Text()},
+    )
+
+
+def _batch(writer: DatasetWriter, steps: list[int], seed: int = 0) -> EpisodeBatch:
+    rng = np.random.default_rng(seed)
+    total = sum(steps)
+    columns = {}
+    for field in writer.encoder.step_fields:
+        shape = (total, *field.shape)
+        if field.dtype == np.bool_:
+            columns[field.key] = rng.integers(0, 2, shape).astype(np.bool_)
+        elif field.key.endswith("big") or field.key.endswith("action"):
+            # Negative and multi-byte varints, not only one-byte ones.
+            columns[field.key] = rng.integers(-(2**40), 2**40, shape).astype(field.dtype)
+        elif field.dtype.kind in "iu":
+            columns[field.key] = rng.integers(0, 200, shape).astype(field.dtype)
+        else:
+            columns[field.key] = rng.standard_normal(shape).astype(field.dtype)
+    steps_arr = np.array(steps, np.int64)
+    offsets = np.cumsum(steps_arr) - steps_arr
+    reasons = np.arange(len(steps)) % 3
+    values = [{end_reasons.END_REASON: r.encode()} for r in ("terminated", "truncated", "cut")]
+    return EpisodeBatch(columns, offsets, steps_arr, reasons, values)
+
+
+def test_each_record_of_a_batch_is_the_episode_encoded_alone(tmp_path):
+    with DatasetWriter(tmp_path / "ds", _config()) as writer:
+        assert supports(writer.encoder.fields)
+        steps = [1, 2, 5, 1, 40, 3]
+        batch = _batch(writer, steps)
+        buffer, starts, lengths = writer.batch_encoder.encode(batch)
+        for j, n in enumerate(steps):
+            lo = int(batch.offsets[j])
+            alone = writer.encoder.encode(
+                {k: c[lo : lo + n] for k, c in batch.columns.items()},
+                batch.episode_values[batch.reasons[j]],
+            )
+            start = int(starts[j]) + 12
+            assert buffer[start : start + int(lengths[j])].tobytes() == alone
+
+
+@pytest.mark.parametrize("file_format", ["tfrecord", "array_record"])
+def test_a_batch_fills_shards_of_the_usual_size(tmp_path, file_format):
+    from rlds_writer.read import open_dataset
+
+    with DatasetWriter(
+        tmp_path / "ds", _config(), max_episodes_per_file=3, file_format=file_format
+    ) as writer:
+        writer.write(_batch(writer, [2, 3, 1, 4, 2, 2, 5]))
+        writer.write(_batch(writer, [1, 6, 2], seed=1))
+    assert writer.episodes_written == 10 and writer.steps_written == 28
+    lengths, _ = writer.splits["train"]
+    assert lengths == [3, 3, 3, 1]
+    episodes = list(open_dataset(tmp_path / "ds").episodes("train"))
+    assert [len(e["steps"]["reward"]) for e in episodes] == [2, 3, 1, 4, 2, 2, 5, 1, 6, 2]
