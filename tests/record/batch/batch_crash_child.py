@@ -1,0 +1,42 @@
+"""A batched recording that runs until it is killed, for the SIGKILL test.
+
+Records `N` CartPole sub-envs of Gymnasium's native vector env with
+`RecordRLDSVector`, seeded and with seeded actions, so a run's records come
+in the same order every time. After each `flush()` returns it appends
+`flushed <episodes written>` to the report file with one `os.write` on an
+`O_APPEND` descriptor (a SIGKILL cannot tear it).
+
+    python batch_crash_child.py DIR REPORT STEPS
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+N = 16
+SEED = 5
+
+
+def record(directory: str, report: str | None, steps: int) -> None:
+    import gymnasium as gym
+    import numpy as np
+
+    from rlds_writer import RecordRLDSVector
+
+    venv = gym.make_vec("CartPole-v1", num_envs=N, vectorization_mode="vector_entry_point")
+    # Small shards and frequent commits: kills land in rotations and commits too.
+    env = RecordRLDSVector(venv, directory, max_episodes_per_file=7, commit_interval=0.01)
+    actions = np.random.default_rng(SEED).integers(0, 2, (steps, N))
+    fd = os.open(report, os.O_WRONLY | os.O_CREAT | os.O_APPEND) if report else None
+    env.reset(seed=SEED)
+    for t in range(steps):
+        env.step(actions[t])
+        if fd is not None and t % 5 == 4:
+            env.flush()
+            os.write(fd, f"flushed {env.recorder.episodes_written}\n".encode())
+    env.close()
+
+
+if __name__ == "__main__":
+    record(sys.argv[1], sys.argv[2], int(sys.argv[3]))
