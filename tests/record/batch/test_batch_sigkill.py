@@ -21,7 +21,7 @@ import batch_crash_child
 import tensorflow_datasets as tfds
 
 import rlds_writer
-from rlds_writer.store import tfrecord
+from rlds_writer.store.formats.tfrecord import tfrecord
 
 STEPS = 4000  # longer than any kill waits: the child is always killed mid-run
 CHILD = Path(batch_crash_child.__file__)
