@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +34,7 @@ from rlds_writer.store.dataset.locate import not_a_dataset
 from rlds_writer.store.dataset.locking import DirectoryLock
 from rlds_writer.store.repair import recovery
 from rlds_writer.store.storage import file_io, storage
-from rlds_writer.store.storage.object_path import as_path, copy_file
+from rlds_writer.store.storage.object_path import as_path
 
 if TYPE_CHECKING:
     from etils import epath
@@ -412,30 +411,6 @@ def _make_plan(sources: list[epath.Path], move: bool) -> dict[str, Any]:
 # --------------------------------------------------------------- execution
 
 
-def _no_follow(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW)
-
-
-def _copy(src: epath.Path, dst: epath.Path) -> None:
-    """Copies `src` so that `dst` only ever appears complete."""
-    tmp = dst.parent / f".{dst.name}.merge-tmp"
-    if file_io.is_local(src) and file_io.is_local(dst):
-        # A killed run's partial copy (or a planted link) is removed, never written through.
-        fd = file_io.create_exclusive(tmp, replace_stale=True)
-        with os.fdopen(fd, "wb") as out, open(src, "rb", opener=_no_follow) as inp:
-            shutil.copyfileobj(inp, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
-    elif not file_io.is_local(dst):
-        # An object appears only complete (one upload or server-side copy): no
-        # temporary name, and no rename (object stores have none).
-        copy_file(src, dst, overwrite=True)
-        return
-    else:
-        copy_file(src, tmp, overwrite=True)
-    tmp.rename(dst)
-
-
 def _execute(plan: dict[str, Any], dest: epath.Path) -> dict[str, int]:
     counts = {"moved": 0, "copied": 0, "done": 0}
     for step in plan["steps"]:
@@ -464,11 +439,11 @@ def _execute(plan: dict[str, Any], dest: epath.Path) -> dict[str, int]:
             except OSError as e:
                 if e.errno != errno.EXDEV:
                     raise
-                _copy(src, dst)
+                file_io.copy_complete(src, dst, ".merge-tmp")
                 src.unlink()
             counts["moved"] += 1
         else:
-            _copy(src, dst)
+            file_io.copy_complete(src, dst, ".merge-tmp")
             counts["copied"] += 1
     return counts
 

@@ -16,11 +16,13 @@ import errno
 import json
 import os
 import pathlib
+import shutil
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from rlds_writer.errors import DiskFullError, IncompatibleDatasetError
 from rlds_writer.store.storage import storage
+from rlds_writer.store.storage.object_path import as_path, copy_file
 
 if TYPE_CHECKING:
     from etils import epath
@@ -150,6 +152,33 @@ def write_new_text(path: epath.PathLike, text: str) -> None:
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
+def copy_complete(src: epath.PathLike, dst: epath.PathLike, suffix: str = ".copy-tmp") -> None:
+    """Copies `src` so that `dst` only ever appears complete, never through a link.
+
+    Locally through a temporary name (`.<name><suffix>`, a killed copy's or a
+    planted link removed first) renamed over `dst`; to object storage in one
+    upload or server-side copy (objects appear whole, and have no rename).
+    """
+    src, dst = as_path(src), as_path(dst)
+    tmp = dst.parent / f".{dst.name}{suffix}"
+    if is_local(src) and is_local(dst):
+        fd = create_exclusive(tmp, replace_stale=True)
+        with os.fdopen(fd, "wb") as out, open(src, "rb", opener=_no_follow) as inp:
+            shutil.copyfileobj(inp, out, 1 << 20)
+            out.flush()
+            os.fsync(out.fileno())
+    elif not is_local(dst):
+        copy_file(src, dst, overwrite=True)
+        return
+    else:
+        copy_file(src, tmp, overwrite=True)
+    tmp.rename(dst)
 
 
 def is_disk_full(error: BaseException) -> bool:

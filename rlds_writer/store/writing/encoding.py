@@ -4,7 +4,7 @@
 common kinds are written straight to protobuf wire format
 (`store.features.field_encoding`), PNG and JPEG frames are encoded in worker processes
 (`store.images.image_processes`) or threads, and every other kind goes through
-TFDS's own `encode_example` and `ExampleSerializer`; the parts are joined into
+TFDS's own `encode_example` and `ExampleSerializer` (`fallback_encoding`); the parts are joined into
 one `Example`. All of it decodes, through TFDS, to the values TFDS's own
 encoder would have produced.
 """
@@ -25,7 +25,6 @@ from rlds_writer.store.features.field_encoding import (
     bytes_list_of_entries,
     bytes_list_parts,
     entry_writer,
-    example_entries,
     map_entry_header,
 )
 from rlds_writer.store.features.field_specs import (
@@ -46,6 +45,7 @@ from rlds_writer.store.images.image_codecs import (
     encode_png,
     yield_cpu_to_caller,
 )
+from rlds_writer.store.writing.fallback_encoding import encode_fallback
 
 if TYPE_CHECKING:
     from rlds_writer.store.images import image_processes
@@ -329,7 +329,7 @@ class EpisodeEncoder:
     ) -> int:
         """Appends the map entry of an image or fallback field; returns its length."""
         if field.kind == FALLBACK:
-            entry = self._encode_fallback(field, values)
+            entry = encode_fallback(field, values, self._pool, self._fallback_serializers)
             entries.append(entry)
             return len(entry)
         if isinstance(values, EncodedFrames):
@@ -468,43 +468,3 @@ class EpisodeEncoder:
             if timed:
                 self._image_cpu += time.thread_time() - started
         return bytes_list_parts(encoded)
-
-    def _sequence_info(self, field: FieldSpec) -> Any:
-        import tensorflow_datasets as tfds
-
-        return tfds.features.Sequence(field.tfds_feature).get_serialized_info()
-
-    def _encode_fallback(self, field: FieldSpec, values: Any) -> bytes:
-        """Encodes one field through TFDS's own encoder and serializer."""
-        import tree
-        from tensorflow_datasets.core import example_serializer
-        from tensorflow_datasets.core.features import sequence_feature
-
-        feature = field.tfds_feature
-        try:
-            if field.in_steps:
-                if self._pool is not None and len(values) > 1:
-                    encoded = list(self._pool.map(feature.encode_example, values))
-                else:
-                    encoded = [feature.encode_example(v) for v in values]
-                info = self._sequence_info(field)
-                if encoded:
-                    encoded = sequence_feature.stack_nested(encoded)
-                else:
-                    encoded = tree.map_structure(sequence_feature.build_empty_np, info)
-            else:
-                encoded = feature.encode_example(values)
-                info = feature.get_serialized_info()
-        except Exception as e:  # noqa: BLE001
-            raise errors.EncodingError(f"{field.key}: TFDS could not encode the value ({e})") from e
-        serializer = self._fallback_serializers.get(field.key)
-        if serializer is None:
-            serializer = example_serializer.ExampleSerializer(_nest(field.path, info))
-            self._fallback_serializers[field.key] = serializer
-        return example_entries(serializer.serialize_example(_nest(field.path, encoded)))
-
-
-def _nest(path: tuple[str, ...], value: Any) -> Any:
-    for name in reversed(path):
-        value = {name: value}
-    return value

@@ -146,7 +146,7 @@ def _interrupt_after(monkeypatch, target, name, calls):
 
 def test_interrupted_copy_merge_is_finished_by_running_it_again(sources, tmp_path, monkeypatch):
     dest = tmp_path / "merged"
-    _interrupt_after(monkeypatch, merge_module, "_copy", 3)
+    _interrupt_after(monkeypatch, file_io, "copy_complete", 3)
     with pytest.raises(KeyboardInterrupt):
         rlds_writer.merge(sources, dest)
     monkeypatch.undo()
