@@ -35,6 +35,15 @@ _EXTRAS = {
     # PettingZoo wrappers; the tests also use butterfly (pygame) and MPE (mpe2) envs.
     "pettingzoo": ["gymnasium>=1.1,<2", "pettingzoo>=1.24", "pygame-ce>=2.4", "mpe2>=1.0"],
     "torch": ["torch>=2.2"],
+    # Batched envs (record/batch/): EnvPool's envs (Linux wheels only) and JAX rollouts;
+    # TorchRL is the peer benchmarks/batched_envs.py measures against.
+    "batched": [
+        "gymnasium>=1.1,<2",
+        'envpool>=1.2; platform_system == "Linux"',
+        "jax>=0.4.30",
+        "torch>=2.2",
+        "torchrl>=0.6",
+    ],
     "reader": ["simplejpeg>=1.7"],
     "plot": ["matplotlib>=3.7"],
     "convert": [
