@@ -17,7 +17,8 @@ every thread). Then EnvPool's CartPole and MuJoCo Hopper (`RecordRLDSEnvPool`)
 at N = 64 and 256, as a fraction of the env's own step, and the peak memory
 (max RSS) of an N = 4096 CartPole recording of 1000 steps against the bare env's.
 
-Usage: `python benchmarks/batched_envs.py [--repetitions 3] [--sub-env-steps 200000] [--report [PATH]]`.
+Usage: `python benchmarks/batched_envs.py [--repetitions 3] [--sub-env-steps 200000]
+[--sizes 1 16 ...] [--skip-envpool] [--report [PATH]]`.
 """
 
 from __future__ import annotations
@@ -216,7 +217,7 @@ def main() -> None:
     workdir = tempfile.mkdtemp(prefix="rlds_batched_")
     try:
         for n in args.sizes:  # warm-up: imports and first-use costs land on no variant
-            for variant, fn in VARIANTS.items():
+            for fn in VARIANTS.values():
                 fn(n, 10, workdir)
                 shutil.rmtree(workdir)
                 os.makedirs(workdir)
@@ -282,9 +283,7 @@ def main() -> None:
             "|---|---|---|---|---|",
         ]
         for task, n, bare, rec in envpool_rows:
-            lines.append(
-                f"| {task} | {n} | {ns(bare)} | {ns(rec)} | {(rec - bare) / bare:.2f}x |"
-            )
+            lines.append(f"| {task} | {n} | {ns(bare)} | {ns(rec)} | {(rec - bare) / bare:.2f}x |")
     lines += [
         "",
         f"Peak memory (max RSS) of N = 4096 CartPole, 1000 vector steps: bare {peak_bare:.0f} "
