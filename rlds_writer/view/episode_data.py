@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_writer.errors import DecodeError
 from rlds_writer.read.decode import Decoder
 from rlds_writer.read.images import check_image
 from rlds_writer.read.nest import flatten
@@ -57,14 +58,16 @@ class EpisodeData:
         self.fields = fields
         self.where = where
         located = wire.parse_example(record)
-        self.frames: list[list[bytes]] = []
+        # Each frame is a stretch of the record, kept once: (offset, length) into it.
+        self._record = record
+        self.frames: list[list[tuple[int, int]]] = []
         for leaf in fields.cameras:
             loc = located.get(leaf.key)
             if loc is None or loc[0] == 0:
                 self.frames.append([])
                 continue
             wire.expect_list(leaf.key, loc, (wire.BYTES_LIST,))
-            self.frames.append(wire.bytes_list(record, loc[1], loc[2]))
+            self.frames.append(_stretches(record, loc[1], loc[2], f"{where}: {leaf.key}"))
         leaves = fields.plots + fields.flags + fields.texts + fields.episode_fields
         decoded = Decoder(Features(leaves=leaves, has_steps=True)).decode(record, where)
         steps = {"/".join(p): v for p, v in flatten(decoded.get("steps", {}))}
@@ -90,8 +93,8 @@ class EpisodeData:
         if not counts:
             counts = [Decoder(features).num_steps(record, where)]
         self.length = max(counts)
-        self.nbytes = sum(len(f) for frames in self.frames for f in frames)
-        self.nbytes += sum(a.nbytes * 2 for a in self.plots) + 1024 * len(self.texts)
+        self.nbytes = len(record) + sum(a.nbytes * 2 for a in self.plots)
+        self.nbytes += 1024 * len(self.texts)
         self._formats: dict[tuple[int, int], str] = {}
 
     def overview(self) -> dict[str, Any]:
@@ -148,14 +151,30 @@ class EpisodeData:
           DecodeError: the stored value is not a PNG or JPEG the feature holds
             (checked from its header, with the reader's limits).
         """
-        frames = self.frames[camera]
-        data = frames[step]
+        offset, length = self.frames[camera][step]
+        data = bytes(self._record[offset : offset + length])
         key = (camera, step)
         fmt = self._formats.get(key)
         if fmt is None:
             fmt = check_image(data, self.fields.cameras[camera])
             self._formats[key] = fmt
         return data, _TYPES[fmt]
+
+
+def _stretches(buf: bytes, start: int, end: int, where: str) -> list[tuple[int, int]]:
+    """(offset, length) of each value of a `BytesList` payload, nothing copied."""
+    out = []
+    pos = start
+    while pos < end:
+        tag, pos = wire.read_varint(buf, pos)
+        if tag != 0x0A:
+            raise DecodeError(f"{where}: not a list of stored images (field tag {tag})")
+        n, pos = wire.read_varint(buf, pos)
+        if pos + n > end:
+            raise DecodeError(f"{where}: a stored image runs past its list")
+        out.append((pos, n))
+        pos += n
+    return out
 
 
 def _finite(values: np.ndarray) -> list[Any]:
