@@ -85,3 +85,12 @@ def play_alone(
             elif autoreset == "SameStep":
                 env.reset()
     env.close()
+
+
+class Camera(Hops):
+    """`Hops` whose observation is a uint8 camera frame (32x32 RGB)."""
+
+    observation_space = gym.spaces.Box(0, 255, (32, 32, 3), np.uint8)
+
+    def _obs(self):
+        return self.np_random.integers(0, 256, (32, 32, 3), dtype=np.uint8)

@@ -157,9 +157,14 @@ def test_object_and_ragged_rollouts_are_refused_by_field(tmp_path):
 def _as(kind: str, value: np.ndarray):
     if kind == "numpy":
         return value
-    if kind == "torch":
+    if kind in ("torch", "torch-cuda"):
         torch = pytest.importorskip("torch")
-        return torch.from_numpy(np.ascontiguousarray(value))
+        tensor = torch.from_numpy(np.ascontiguousarray(value))
+        if kind == "torch-cuda":
+            if not torch.cuda.is_available():
+                pytest.skip("no CUDA device here: the device-to-host copy is not exercised")
+            tensor = tensor.cuda()
+        return tensor
     if kind == "jax":
         jnp = pytest.importorskip("jax.numpy")
         return jnp.asarray(value)
@@ -174,7 +179,7 @@ def _as(kind: str, value: np.ndarray):
     return ArrayLike(value)
 
 
-@pytest.mark.parametrize("kind", ["torch", "jax", "array-protocol"])
+@pytest.mark.parametrize("kind", ["torch", "torch-cuda", "jax", "array-protocol"])
 def test_rollouts_from_any_array_library_write_the_records_numpy_writes(tmp_path, kind):
     first, rollouts = _two_rollouts()
     for name, k in (("numpy", "numpy"), (kind, kind)):
