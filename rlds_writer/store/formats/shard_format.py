@@ -156,8 +156,20 @@ class FileFormat:
     writer_class: type[ShardWriter] | str | None = None
     reader_class: type[ShardReader] | str | None = None
 
-    def open_writer(self, path: epath.Path, fsync: bool = False) -> ShardWriter:
-        """Creates the new shard `path` (never through a link) for writing."""
+    def open_writer(
+        self, path: epath.Path, fsync: bool = False, max_records: int | None = None
+    ) -> ShardWriter:
+        """Creates the new shard `path` (never through a link) for writing.
+
+        Args:
+          path: the new shard.
+          fsync: whether each record is synced to the disk.
+          max_records: the most records the shard will take, where its writer
+            knows (`max_episodes_per_file`). A format that plans by it
+            (TFRecord: no zeros written ahead for the last few records)
+            overrides this method; the default ignores it.
+        """
+        del max_records  # only a format that plans by it takes it
         return _resolve(self.writer_class, self, "writer_class")(path, fsync)
 
     def open_reader(

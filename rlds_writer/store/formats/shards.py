@@ -81,6 +81,8 @@ def formats() -> Iterator[FileFormat]:
         yield adapter(name)
 
 
-def open_writer(path: Any, file_format: str, fsync: bool = False) -> ShardWriter:
+def open_writer(
+    path: Any, file_format: str, fsync: bool = False, max_records: int | None = None
+) -> ShardWriter:
     """Opens a new shard file of `file_format` for writing (a `ShardWriter`)."""
-    return adapter(file_format).open_writer(path, fsync)
+    return adapter(file_format).open_writer(path, fsync, max_records)

@@ -30,9 +30,11 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
-def open_shard(path: epath.Path, file_format: str, fsync: bool) -> ShardWriter:
+def open_shard(
+    path: epath.Path, file_format: str, fsync: bool, max_records: int | None = None
+) -> ShardWriter:
     """Opens a new shard file. A seam for fault-injection tests."""
-    return shards.open_writer(path, file_format, fsync)
+    return shards.open_writer(path, file_format, fsync, max_records)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,9 +149,7 @@ class SplitShards:
         if state.shard is None:
             index = len(state.lengths) + state.failed
             path = self.path / self._template(split).filename(index, 0)
-            state.shard = open_shard(path, self.file_format, self.fsync)
-            if hasattr(state.shard, "max_records"):  # a shard that plans by it (tfrecord)
-                state.shard.max_records = self.max_episodes_per_file
+            state.shard = open_shard(path, self.file_format, self.fsync, self.max_episodes_per_file)
         return state
 
     def room_inline(self, split: str) -> bool:

@@ -188,10 +188,10 @@ def test_the_pinned_template_is_committed_before_the_first_new_shard_exists(
     seen = []
     real_open_shard = split_shards.open_shard
 
-    def open_shard(path, file_format, fsync):
+    def open_shard(path, file_format, fsync, max_records=None):
         (split,) = file_io.read_json(directory / layout.DATASET_INFO)["splits"]
         seen.append((path.name, split["filepathTemplate"], list(split["shardLengths"])))
-        return real_open_shard(path, file_format, fsync)
+        return real_open_shard(path, file_format, fsync, max_records)
 
     monkeypatch.setattr(split_shards, "open_shard", open_shard)
     crash_child.write_dataset(directory, range(12, 13), mode="append")

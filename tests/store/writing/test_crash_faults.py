@@ -72,10 +72,10 @@ def _install(monkeypatch, faults: _Faults) -> None:
                 raise faults.error(self.path)
             self._inner.close()
 
-    def open_shard(path, file_format, fsync):
+    def open_shard(path, file_format, fsync, max_records=None):
         if faults.hit("open"):
             raise faults.error(path)
-        return FaultyShard(shards.open_writer(path, file_format, fsync))
+        return FaultyShard(shards.open_writer(path, file_format, fsync, max_records))
 
     monkeypatch.setattr(split_shards, "open_shard", open_shard)
 

@@ -48,7 +48,7 @@ class TFRecordShardWriter:
 
     file_format = "tfrecord"
 
-    def __init__(self, path: epath.Path, fsync: bool = False):
+    def __init__(self, path: epath.Path, fsync: bool = False, max_records: int | None = None):
         self.path = path
         self.fsync = fsync
         self.num_records = 0
@@ -56,8 +56,8 @@ class TFRecordShardWriter:
         self._fd: int | None = None
         self._f: Any = None
         # The most records the shard will take, where its writer says
-        # (`split_shards`): writing ahead does not start for the last few.
-        self.max_records: int | None = None
+        # (`FileFormat.open_writer`): writing ahead does not start for the last few.
+        self.max_records = max_records
         self._end = 0  # where the records end
         self._ahead: write_ahead.WriteAhead | None = None
         self._check_at = write_ahead.NEVER  # the next record ending past it calls `before`
@@ -150,6 +150,11 @@ class TFRecordFormat(FileFormat):
 
     writer_class = TFRecordShardWriter
     reader_class = "rlds_writer.store.formats.tfrecord.tfrecord_reader:TFRecordShard"
+
+    def open_writer(
+        self, path: epath.Path, fsync: bool = False, max_records: int | None = None
+    ) -> TFRecordShardWriter:
+        return TFRecordShardWriter(path, fsync, max_records)
 
     def records(self, path: epath.PathLike, *, strict: bool = False) -> Iterator[bytes]:
         return tfrecord_records(path, strict)

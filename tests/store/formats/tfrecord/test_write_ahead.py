@@ -24,6 +24,7 @@ from helpers_core import load_episodes
 
 import rlds_writer
 from rlds_writer.envs import Catch
+from rlds_writer.store.formats import shards
 from rlds_writer.store.formats.tfrecord import tfrecord, tfrecord_shards, write_ahead
 
 PAGE = 4096
@@ -345,8 +346,8 @@ def test_a_shard_that_will_take_few_more_records_writes_nothing_ahead(tmp_path, 
     record = b"\x0a" + bytes(range(256)) * 40
     frame = len(record) + tfrecord.FRAMING
     path = tmp_path / "shard"
-    writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
-    writer.max_records = 15  # what the dataset writer says (`max_episodes_per_file`)
+    # What the dataset writer says (`max_episodes_per_file`), through the format.
+    writer = shards.open_writer(epath.Path(path), "tfrecord", max_records=15)
     for i in range(15):
         writer.write(record)
         assert os.path.getsize(path) == (i + 1) * frame
