@@ -248,7 +248,7 @@ class _Recovery:
         """Uploads the shards a failed upload kept locally; the scan below lists them."""
         dataset = os.fspath(self.path)
         directory = self.kept or unsaved_shards.kept_directory(dataset)
-        kept = unsaved_shards.kept_shards(directory)
+        kept = unsaved_shards.kept_shards(directory, layout.ANY_SHARD.match)
         if not kept:
             return
         self.changed = True
@@ -257,7 +257,7 @@ class _Recovery:
             self.notes.append(f"{found} kept in {directory} after a failed upload would go up")
             return
         store = storage.storage_for(dataset)
-        uploaded = unsaved_shards.upload_kept(store, dataset, directory)
+        uploaded = unsaved_shards.upload_kept(store, dataset, directory, layout.ANY_SHARD.match)
         self.notes.append(
             f"uploaded {counted(len(uploaded), 'shard')} kept in {directory} after a failed upload"
         )

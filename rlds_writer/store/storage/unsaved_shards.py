@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from rlds_writer.errors import UploadFailedError
@@ -131,8 +132,14 @@ def destination_of(directory: str) -> str | None:
     return dataset if isinstance(dataset, str) and "://" in dataset else None
 
 
-def kept_shards(directory: str) -> list[str]:
-    """The names of the shard files kept in `directory`."""
+def kept_shards(directory: str, is_shard: Callable[[str], Any] | None = None) -> list[str]:
+    """The names of the shard files kept in `directory`.
+
+    Args:
+      directory: a directory of kept shards.
+      is_shard: whether a name is a shard's (default: any plain file name); a
+        second copy's `.<pid>-<hex>` suffix is left off before asking.
+    """
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -142,12 +149,18 @@ def kept_shards(directory: str) -> list[str]:
         for n in names
         if n != DESTINATION
         and _SHARD_NAME.match(n)
+        and (is_shard is None or is_shard(_shard_name(n)))
         and os.path.isfile(os.path.join(directory, n))
         and not os.path.islink(os.path.join(directory, n))
     )
 
 
-def upload_kept(store: Any, dataset: str, directory: str | None = None) -> list[str]:
+def upload_kept(
+    store: Any,
+    dataset: str,
+    directory: str | None = None,
+    is_shard: Callable[[str], Any] | None = None,
+) -> list[str]:
     """Uploads the shards kept for `dataset` (from `directory`, default its kept directory).
 
     Each is uploaded under its own name, then deleted locally; the directory
@@ -158,13 +171,15 @@ def upload_kept(store: Any, dataset: str, directory: str | None = None) -> list[
       store: the `store.storage.storage` object reaching `dataset`.
       dataset: the dataset's URL.
       directory: where the shards are kept, if not in the default place.
+      is_shard: whether a name is a shard's: other files (a `dataset_info.json`
+        planted in a directory given by hand) are never uploaded.
 
     Returns:
       The names of the shards uploaded.
     """
     dataset = dataset.rstrip("/")
     directory = directory or kept_directory(dataset)
-    names = kept_shards(directory)
+    names = kept_shards(directory, is_shard)
     if not names:
         return []
     uploaded = []
