@@ -69,3 +69,22 @@ def test_sigkill_mid_batched_recording_loses_no_flushed_episode(tmp_path):
         assert len(got) < len(want) and got == want[: len(got)]
         builder = tfds.builder_from_directory(os.fspath(directory))
         assert builder.info.splits["train"].num_examples == len(got)
+
+
+def test_episodes_open_at_interpreter_exit_are_written_cut_short(tmp_path):
+    from rlds_writer.read import open_dataset
+
+    script = (
+        "import gymnasium as gym, numpy as np, sys\n"
+        "from rlds_writer import RecordRLDSVector\n"
+        "venv = gym.make_vec('CartPole-v1', num_envs=4, vectorization_mode='vector_entry_point')\n"
+        "env = RecordRLDSVector(venv, sys.argv[1])\n"
+        "env.reset(seed=0)\n"
+        "for _ in range(5):\n"
+        "    env.step(np.zeros(4, np.int64))\n"  # no close(): the interpreter exits
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "ds")], check=True, env=env)
+    episodes = list(open_dataset(tmp_path / "ds").episodes("train"))
+    assert [e["end_reason"] for e in episodes] == [b"cut_short"] * 4
+    assert [len(e["steps"]["reward"]) for e in episodes] == [6] * 4
