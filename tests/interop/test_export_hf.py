@@ -254,7 +254,10 @@ def test_every_episode_has_a_row_and_an_index_that_names_it_in_both_tables(tmp_p
 
 
 def test_sixteen_bit_depth_images_export_as_arrays_of_their_values(tmp_path):
-    """A uint16 `Image` (a depth camera) has no Hugging Face `Image` form: an array."""
+    """A uint16 `Image` (a depth camera) has no Hugging Face `Image` form: an array.
+
+    An episode-level grey image (a goal frame) is an `Image` of the episodes table.
+    """
     import tensorflow_datasets as tfds
     from helpers_core import EpisodeSpec, write_with_tfds
     from tensorflow_datasets.rlds import rlds_base
@@ -267,8 +270,10 @@ def test_sixteen_bit_depth_images_export_as_arrays_of_their_values(tmp_path):
         },
         action_info=np.int64,
         reward_info=np.float32,
+        episode_metadata_info={"goal": tfds.features.Image(shape=(6, 5, 1), dtype=np.uint8)},
     )
     rng = np.random.default_rng(3)
+    goal = rng.integers(0, 256, (6, 5, 1), dtype=np.uint8)
     observations = [
         {
             "depth": rng.integers(0, 65536, (6, 5, 1), dtype=np.uint16),
@@ -276,7 +281,9 @@ def test_sixteen_bit_depth_images_export_as_arrays_of_their_values(tmp_path):
         }
         for _ in range(3)
     ]
-    episode = EpisodeSpec(observations, [np.int64(0)] * 2, [np.float32(1)] * 2, [])
+    episode = EpisodeSpec(
+        observations, [np.int64(0)] * 2, [np.float32(1)] * 2, [], episode_metadata={"goal": goal}
+    )
     write_with_tfds(tmp_path / "rlds", config, [episode])
     rlds_writer.interop.export.export_hf(tmp_path / "rlds", tmp_path / "hf")
     train = datasets.load_dataset(str(tmp_path / "hf"), cache_dir=str(tmp_path / "cache"))
@@ -289,3 +296,7 @@ def test_sixteen_bit_depth_images_export_as_arrays_of_their_values(tmp_path):
             row["next_observation"]["depth"], observations[t + 1]["depth"]
         )
         np.testing.assert_array_equal(np.asarray(row["observation"]["rgb"]), observations[t]["rgb"])
+    episodes = datasets.load_dataset(
+        str(tmp_path / "hf"), "episodes", cache_dir=str(tmp_path / "cache")
+    )["train"]
+    np.testing.assert_array_equal(np.asarray(episodes[0]["goal"]), goal[:, :, 0])

@@ -50,6 +50,7 @@ from rlds_writer.interop.export import (
     numbered_episodes,
     open_source,
     text,
+    value_at,
 )
 from rlds_writer.read.images import check_stored, decode_image
 from rlds_writer.read.nest import flatten, put, rows
@@ -300,6 +301,7 @@ def export(
     tables = _Tables(directory, hf_split, features, episodes_per_file)
     try:
         images = _image_leaves(reader)
+        episode_images = [leaf for leaf in reader.features.episode_leaves if is_hf_image(leaf)]
         episodes = numbered_episodes(
             reader, split, report, cut_short=cut_short, min_steps=1, encoded=_stored_keys(reader)
         )
@@ -330,6 +332,8 @@ def export(
                 }
             summary = {"episode_index": index, "num_transitions": t, "end": end}
             summary.update(_python(episode_metadata(episode)))
+            for leaf in episode_images:  # decoded with the episode: encoded here
+                put(summary, leaf.path, {"bytes": _png(value_at(episode, leaf.path)), "path": None})
             tables.write(report.episodes, transitions, summary)
             report.episodes += 1
             report.transitions += t
