@@ -61,7 +61,17 @@ class EpisodeData:
         # Each frame is a stretch of the record, kept once: (offset, length) into it.
         self._record = record
         self.frames: list[list[tuple[int, int]]] = []
-        for leaf in fields.cameras:
+        raw = tuple(c for c in fields.cameras if not c.is_image)
+        arrays = {}
+        if raw:
+            decoded_raw = Decoder(Features(leaves=raw, has_steps=True)).decode(record, where)
+            arrays = {"/".join(p): v for p, v in flatten(decoded_raw["steps"])}
+        self._arrays: dict[int, np.ndarray] = {}
+        for i, leaf in enumerate(fields.cameras):
+            if not leaf.is_image:  # an array: frames are its rows, encoded when served
+                self._arrays[i] = np.asarray(arrays[field_name(leaf)])
+                self.frames.append([(t, 0) for t in range(len(self._arrays[i]))])
+                continue
             loc = located.get(leaf.key)
             if loc is None or loc[0] == 0:
                 self.frames.append([])
@@ -94,6 +104,7 @@ class EpisodeData:
             counts = [Decoder(features).num_steps(record, where)]
         self.length = max(counts)
         self.nbytes = len(record) + sum(a.nbytes * 2 for a in self.plots)
+        self.nbytes += sum(a.nbytes for a in self._arrays.values())
         self.nbytes += 1024 * len(self.texts)
         self._formats: dict[tuple[int, int], str] = {}
 
@@ -152,6 +163,8 @@ class EpisodeData:
             (checked from its header, with the reader's limits).
         """
         offset, length = self.frames[camera][step]
+        if camera in self._arrays:
+            return _png(self._arrays[camera][step]), _TYPES["png"]
         data = bytes(self._record[offset : offset + length])
         key = (camera, step)
         fmt = self._formats.get(key)
@@ -159,6 +172,19 @@ class EpisodeData:
             fmt = check_image(data, self.fields.cameras[camera])
             self._formats[key] = fmt
         return data, _TYPES[fmt]
+
+
+def _png(frame: np.ndarray) -> bytes:
+    """One uint8 frame as a lossless PNG (fast compression: it is made per request)."""
+    import io
+
+    from PIL import Image
+
+    if frame.ndim == 3 and frame.shape[2] == 1:
+        frame = frame[:, :, 0]
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(frame)).save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
 
 
 def _stretches(buf: bytes, start: int, end: int, where: str) -> list[tuple[int, int]]:

@@ -3,7 +3,8 @@
 Every leaf of `features.json` lands in one place:
 
 * cameras: per-step PNG or JPEG `Image` fields of 8 or 16 bits, served to the
-  page as the stored bytes;
+  page as the stored bytes, and per-step uint8 arrays shaped like a picture
+  (served as a PNG the server encodes);
 * plots: per-step numeric fields of a fixed shape with at most `MAX_SERIES`
   values per step (each value one series), whatever their encoding;
 * flags: `is_first`, `is_last`, `is_terminal`, drawn as marks on every plot;
@@ -62,7 +63,12 @@ class Layout:
         """The layout as JSON for the page (names, shapes, reasons)."""
         return {
             "cameras": [
-                {"id": i, "name": field_name(leaf), "format": leaf.kind, "shape": _dims(leaf)}
+                {
+                    "id": i,
+                    "name": field_name(leaf),
+                    "format": leaf.kind if leaf.is_image else "array",
+                    "shape": _dims(leaf),
+                }
                 for i, leaf in enumerate(self.cameras)
             ],
             "plots": [
@@ -112,6 +118,21 @@ def _step_reason(leaf: Leaf) -> str | None:
     return None
 
 
+def is_raw_image(leaf: Leaf) -> bool:
+    """A per-step uint8 array of a fixed (H, W), (H, W, 1), (H, W, 3) or (H, W, 4) shape.
+
+    Such a field (an Atari frame, a bytes-encoded camera) has no stored PNG or
+    JPEG: the server encodes each frame it serves as a lossless PNG.
+    """
+    if leaf.is_image or leaf.kind not in _NUMERIC or leaf.dtype != np.uint8 or not leaf.static:
+        return False
+    shape = leaf.shape
+    if len(shape) not in (2, 3) or (len(shape) == 3 and shape[2] not in (1, 3, 4)):
+        return False
+    h, w = shape[0], shape[1]
+    return min(h, w) >= 8 and max(h, w) <= 16 * min(h, w) and h * w <= 4096 * 4096
+
+
 def _camera_reason(leaf: Leaf) -> str | None:
     if leaf.dtype not in (np.uint8, np.uint16):
         return (
@@ -146,6 +167,8 @@ def layout(features: Features) -> Layout:
                 left_out[name] = f"text of shape {leaf.describe()} (only one string per step)"
             else:
                 texts.append(leaf)
+        elif is_raw_image(leaf):
+            cameras.append(leaf)  # a uint8 array shaped like a picture: shown as PNG
         else:
             reason = _step_reason(leaf)
             if reason is None:

@@ -492,3 +492,49 @@ def test_an_episode_that_does_not_decode_is_listed_with_its_error(tmp_path):
         assert len(rows) == 3 and all("reward" in row["error"] for row in rows)
         status, _, body = client.get("/api/episodes/1")
         assert status == 422 and "reward" in json.loads(body)["error"]
+
+
+def test_uint8_arrays_shaped_like_pictures_are_cameras_served_as_png(tmp_path):
+    import io
+
+    import tensorflow_datasets as tfds
+    from PIL import Image
+
+    config = rlds_writer.DatasetConfig(
+        name="arrays",
+        observation_info={
+            "frame": tfds.features.Tensor(shape=(24, 32, 3), dtype=np.uint8, encoding="bytes"),
+            "grey": tfds.features.Tensor(shape=(20, 20), dtype=np.uint8),
+            "board": tfds.features.Tensor(shape=(10, 5), dtype=np.uint8),  # too small
+        },
+        action_info=np.int64,
+    )
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (4, 24, 32, 3), dtype=np.uint8)
+    grey = rng.integers(0, 256, (4, 20, 20), dtype=np.uint8)
+    with rlds_writer.TFDSBackendWriter(tmp_path / "arrays", config) as writer:
+        writer.write_episode(
+            {
+                "observation": {
+                    "frame": frames,
+                    "grey": grey,
+                    "board": np.zeros((4, 10, 5), np.uint8),
+                },
+                "action": [0, 1, 2],
+            }
+        )
+    with serving(tmp_path / "arrays") as (_, client):
+        fields = client.json("/api/dataset")["fields"]
+        assert [(c["name"], c["format"]) for c in fields["cameras"]] == [
+            ("observation/frame", "array"),
+            ("observation/grey", "array"),
+        ]
+        assert "observation/board" in {f["name"] for f in fields["left_out"]}
+        for camera, stored in enumerate((frames, grey)):
+            for step in range(4):
+                status, headers, body = client.get(f"/api/episodes/0/frames/{camera}/{step}")
+                assert status == 200 and headers["Content-Type"] == "image/png"
+                np.testing.assert_array_equal(
+                    np.asarray(Image.open(io.BytesIO(body))), stored[step]
+                )
+        assert client.get("/api/episodes/0/frames/0/4")[0] == 404
