@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import queue
 import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rlds_writer.errors import WriterClosedError, WriterFailedError, counted
+from rlds_writer.errors import WriterClosedError, WriterFailedError
 from rlds_writer.store.dataset import json_values, layout
 from rlds_writer.store.dataset.locking import DirectoryLock
 from rlds_writer.store.episodes.episode_data import Episode
@@ -32,6 +31,7 @@ from rlds_writer.store.formats import shards
 from rlds_writer.store.storage.object_path import as_path
 from rlds_writer.store.writing import dataset_setup, encoding, exit_close
 from rlds_writer.store.writing.batch_records import BatchRecordEncoder, EpisodeBatch, supports
+from rlds_writer.store.writing.failure_text import failure_text
 from rlds_writer.store.writing.split_shards import SplitShards
 
 if TYPE_CHECKING:
@@ -293,33 +293,7 @@ class DatasetWriter:
 
     def _failure(self) -> str:
         """What `close()` says after a failure: what is saved, what is not, and where."""
-        said = f"writing {self.path} failed: {self._error!r}"
-        dropped = (
-            f"; {counted(self._dropped, 'episode')} handed over after the failure were not written"
-            if self._dropped
-            else ""
-        )
-        if not self._shards.remote:
-            return (
-                f"{said}; episodes written before the failure are on disk (run "
-                f"rlds_writer.recover on the directory){dropped}"
-            )
-        unsaved = self._shards.unsaved
-        lost = [n for shard in unsaved for n in shard.episodes]
-        saved = self._shards.appended - len(lost)
-        text = (
-            f"{said}; {counted(saved, 'episode')} of this run are in the store (run "
-            f"`rlds-writer recover {self.path}` to list any the failure left unlisted)"
-        )
-        if unsaved:
-            kept = sorted({os.path.dirname(shard.kept) for shard in unsaved})
-            text += (
-                f"; {counted(len(lost), 'episode')} were NOT uploaded (episodes "
-                f"{_ranges(lost)} of this run, in the order written): their shards are kept "
-                f"in {', '.join(kept)}; `rlds-writer recover {self.path}` uploads them once "
-                "the store is reachable (or `rlds-writer recover` on that directory)"
-            )
-        return text + dropped
+        return failure_text(self.path, self._error, self._dropped, self._shards)
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -508,14 +482,3 @@ class DatasetWriter:
     def _committed(self) -> None:
         self._last_commit = time.monotonic()
         self._dirty = False
-
-
-def _ranges(numbers: list[int]) -> str:
-    """`1-4, 7, 9-10` for [1, 2, 3, 4, 7, 9, 10]."""
-    runs: list[list[int]] = []
-    for n in sorted(numbers):
-        if runs and n == runs[-1][1] + 1:
-            runs[-1][1] = n
-        else:
-            runs.append([n, n])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
