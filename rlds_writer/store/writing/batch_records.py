@@ -155,7 +155,8 @@ class BatchRecordEncoder:
         # Per field: payload length -> (the head's place in the table, its length).
         self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._lut_generation = 0
-        self._prefixes: dict[int, tuple[int, int]] = {}  # example length -> (at, length)
+        # Example length -> its record prefix's (place in the table, length).
+        self._prefix_lut = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     def _head(self, field: FieldSpec, payload_len: int) -> bytes:
         head = self._heads.get((field.key, payload_len))
@@ -174,7 +175,7 @@ class BatchRecordEncoder:
         table = self._table
         if self._lut_generation != table.generation:
             self._lut.clear()
-            self._prefixes.clear()
+            self._prefix_lut = (np.zeros(0, np.int64), np.zeros(0, np.int64))
             self._lut_generation = table.generation
         at, length = self._lut.get(field.key, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
         top = int(sizes.max()) + 1
@@ -190,6 +191,25 @@ class BatchRecordEncoder:
                 at[size], length[size] = table.put(head), len(head)
             found = at[sizes]
         return found, length[sizes]
+
+    def _prefixes_of(self, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each record's frame header and Example head: their place in the table, length."""
+        at, length = self._prefix_lut
+        top = int(totals.max()) + 1
+        if top > len(at):
+            grow = max(top, 2 * len(at))
+            at = np.concatenate([at, np.full(grow - len(at), -1, np.int64)])
+            length = np.concatenate([length, np.zeros(grow - len(length), np.int64)])
+            self._prefix_lut = (at, length)
+        found = at[totals]
+        if (found < 0).any():
+            for n in np.unique(totals[found < 0]).tolist():
+                head = b"\x0a" + _varint(n)
+                frame = _LEN.pack(n + len(head))
+                prefix = frame + struct.pack("<I", tfrecord.masked_crc32c(frame)) + head
+                at[n], length[n] = self._table.put(prefix), len(prefix)
+            found = at[totals]
+        return found, length[totals]
 
     def _episode_entries(self, values: dict[str, Any]) -> dict[str, bytes]:
         out = {}
@@ -242,17 +262,7 @@ class BatchRecordEncoder:
         for _, _, size in segments:
             total += size
         # Each record's frame header and Example head, kept by the Example's length.
-        prefixes = self._prefixes
-        prefix_at = np.empty(count, np.int64)
-        prefix_len = np.empty(count, np.int64)
-        for j, n in enumerate(total.tolist()):
-            known = prefixes.get(n)
-            if known is None:
-                head = b"\x0a" + _varint(n)
-                frame = _LEN.pack(n + len(head))
-                prefix = frame + struct.pack("<I", tfrecord.masked_crc32c(frame)) + head
-                known = prefixes[n] = (table.put(prefix), len(prefix))
-            prefix_at[j], prefix_len[j] = known
+        prefix_at, prefix_len = self._prefixes_of(total)
         data_len = total + prefix_len - _FRAME
         footer_at = table.put(b"\x00" * _FOOTER)
         ordered = [
