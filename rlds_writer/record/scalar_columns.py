@@ -20,7 +20,7 @@ import numpy as np
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record import step_kernel
-from rlds_writer.record.values import INT64_MAX, INT64_MIN, cast_value
+from rlds_writer.record.values import INT64_MAX, INT64_MIN, cast_value, describe
 from rlds_writer.store.episodes.episode_data import PackedColumn
 from rlds_writer.store.features import field_specs
 
@@ -149,7 +149,8 @@ class _ScalarColumn:
                     if floats:
                         cast_value(field, value)  # raises StepValueError (numpy's OverflowError)
                     raise StepValueError(
-                        field.key, f"expected {field.describe()}, got int {value} (out of range)"
+                        field.key,
+                        f"expected {field.describe()}, got {describe(value)} (out of range)",
                     )
                 push(value)
             else:
@@ -351,7 +352,7 @@ class _PackedIntColumn(_PackedScalars):
                 return
             if type(value) is int:
                 raise StepValueError(
-                    field.key, f"expected {field.describe()}, got int {value} (out of range)"
+                    field.key, f"expected {field.describe()}, got {describe(value)} (out of range)"
                 )
             push(cast_value(field, value).tobytes())
 

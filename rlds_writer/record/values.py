@@ -26,6 +26,9 @@ def describe(value: Any) -> str:
     """Describes a received value as `dtype[shape]` or its Python type."""
     if value is None:
         return "None"
+    if type(value) is int and value.bit_length() > 256:
+        # Python refuses to print an int of more than 4,300 digits: never try.
+        return f"int of {value.bit_length()} bits"
     if isinstance(value, np.ndarray | np.generic):
         dims = ",".join(str(d) for d in np.shape(value))
         return f"{value.dtype.name}[{dims}]"

@@ -617,7 +617,7 @@ def test_an_int_too_large_for_a_float_reward_is_refused_at_the_step_by_name(
     assert float(largest) == sys.float_info.max
     with pytest.raises(OverflowError):
         float(largest + 1)
-    refused = [largest + 1, 2**1024, -(2**1024)]
+    refused = [largest + 1, 2**1024, -(2**1024), 2**20000]  # the last: too long to print
     scripts = [[_mid(0.5, _obs(1)), _mid(largest, _obs(2)), _mid(bad, _obs(3))] for bad in refused]
     errors = []
     path = tmp_path / "d"
@@ -632,6 +632,7 @@ def test_an_int_too_large_for_a_float_reward_is_refused_at_the_step_by_name(
             errors.append(str(refusal.value))
     assert kind == ("StepKernel" if step_path == "c" else "function")
     assert all("steps/reward" in e and "int too large to convert to float" in e for e in errors)
+    assert "int of 20001 bits" in errors[-1]
     # Nothing is lost: each episode keeps the steps before the refused one.
     episodes = load_episodes(path)
     assert len(episodes) == len(refused)
