@@ -8,13 +8,14 @@ to it. Values and dtypes match `tfds.as_numpy(builder.as_dataset(...))`.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Collection, Container, Mapping, Sequence
+from collections.abc import Collection, Container, Mapping
 from typing import Any
 
 import numpy as np
 
 from rlds_writer.errors import DecodeError, UnsupportedFeatureError
 from rlds_writer.read.images import check_field, check_stored, decode_image
+from rlds_writer.read.lazy_steps import LazySteps
 from rlds_writer.read.nest import map_tree, put
 from rlds_writer.store.features import wire
 from rlds_writer.store.features.features import BYTES, TEXT, ZLIB, Features, Leaf
@@ -33,33 +34,6 @@ def _stack(key: str, items: list[np.ndarray], shape: tuple, dtype: np.dtype) -> 
     if all(x.shape == first for x in items):
         return np.stack(items)
     return items
-
-
-class LazySteps(Sequence):
-    """A step field's values, each decoded when it is indexed (and not kept).
-
-    Attributes:
-      leaf: the field.
-    """
-
-    def __init__(self, leaf: Leaf, length: int, get: Callable[[int], np.ndarray], where: str):
-        self.leaf = leaf
-        self._length = length
-        self._get = get
-        self._where = where
-
-    def __len__(self) -> int:
-        return self._length
-
-    def __getitem__(self, i: int) -> np.ndarray:  # type: ignore[override]
-        if not -self._length <= i < self._length:
-            raise IndexError(f"step {i} out of range for {self._length} steps")
-        try:
-            return self._get(i % self._length)
-        except (wire.WireError, zlib.error, ValueError, IndexError, OverflowError) as e:
-            if isinstance(e, DecodeError):  # it names the field already
-                raise DecodeError(f"{self._where}: step {i}: {e}") from e
-            raise DecodeError(f"{self._where}: step {i}: {self.leaf.key}: {e}") from e
 
 
 class Decoder:
