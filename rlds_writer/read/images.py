@@ -142,7 +142,20 @@ def check_stored(data: bytes, leaf: Leaf) -> bool:
         return False
     if fmt == "png":
         return data[25] == {1: 0, 3: 2, 4: 6}[channels]  # IHDR colour type
-    return channels != 4 and _jpeg_header(data)[2] == channels
+    return channels != 4 and _jpeg_components(data) == channels
+
+
+def _jpeg_components(data: bytes) -> int:
+    """1 (grey) or 3 (YCbCr/RGB) as Pillow decodes a JPEG; 0 for others (CMYK, YCCK)."""
+    try:
+        import simplejpeg
+    except ImportError:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data), formats=["JPEG"]) as img:  # reads the header only
+            return {"L": 1, "RGB": 3}.get(img.mode, 0)
+    colorspace = simplejpeg.decode_jpeg_header(data)[2]
+    return {"Gray": 1, "YCbCr": 3, "RGB": 3}.get(colorspace, 0)
 
 
 def _header(data: bytes, leaf: Leaf) -> tuple[str, int, int]:

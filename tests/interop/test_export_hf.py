@@ -300,3 +300,45 @@ def test_sixteen_bit_depth_images_export_as_arrays_of_their_values(tmp_path):
         str(tmp_path / "hf"), "episodes", cache_dir=str(tmp_path / "cache")
     )["train"]
     np.testing.assert_array_equal(np.asarray(episodes[0]["goal"]), goal[:, :, 0])
+
+
+def test_stored_bytes_a_plain_decoder_reads_differently_are_decoded_and_written_as_png(
+    tmp_path,
+):
+    """Palette PNGs, grey PNGs of a colour field, CMYK JPEGs: TFDS converts them on decoding,
+    Pillow would not, so their pixels go on as TFDS decodes them (a new PNG)."""
+    import io
+
+    from helpers_rlu import write_atari_like
+    from PIL import Image
+
+    from rlds_writer.interop.formats.hf.exporter import _image_values
+    from rlds_writer.read.images import check_stored, decode_image
+
+    write_atari_like(tmp_path / "rlds", [2], channels=3)
+    leaves = rlds_writer.open_dataset(tmp_path / "rlds").features.step_leaves
+    (leaf,) = [leaf for leaf in leaves if leaf.key == "steps/observation"]
+    assert leaf.shape == (84, 84, 3)
+    rng = np.random.default_rng(0)
+    rgb = rng.integers(0, 256, (84, 84, 3), dtype=np.uint8)
+
+    def encoded(image, fmt):
+        out = io.BytesIO()
+        image.save(out, format=fmt)
+        return out.getvalue()
+
+    plain = encoded(Image.fromarray(rgb), "PNG")
+    others = [
+        encoded(Image.fromarray(rgb).convert("P"), "PNG"),
+        encoded(Image.fromarray(rgb[:, :, 0]), "PNG"),
+        encoded(Image.fromarray(rgb).convert("CMYK"), "JPEG"),
+    ]
+    assert check_stored(plain, leaf)
+    values = _image_values([plain, *others], leaf)
+    assert values[0]["bytes"] == plain
+    for data, value in zip(others, values[1:], strict=True):
+        assert not check_stored(data, leaf)
+        assert value["bytes"] != data
+        with Image.open(io.BytesIO(value["bytes"])) as image:
+            assert image.format == "PNG" and image.mode == "RGB"
+            np.testing.assert_array_equal(np.asarray(image), decode_image(data, leaf))
