@@ -82,6 +82,14 @@ class WriterFailedError(RLDSWriterError, RuntimeError):
     """The background writer thread failed; the cause is chained."""
 
 
+class ForkedRecorderError(RLDSWriterError, RuntimeError):
+    """A forked child used a recorder or writer its parent made (the files are the parent's)."""
+
+
+class RecorderThreadError(RLDSWriterError, RuntimeError):
+    """A thread stepped an episode that another thread records (one recorder, one env loop)."""
+
+
 class StorageNotSupportedError(RLDSWriterError, NotImplementedError):
     """The storage behind a path cannot do what was asked.
 

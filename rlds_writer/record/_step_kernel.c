@@ -427,10 +427,11 @@ typedef struct {
     PyObject *after;
     PyObject *buffer;
     Py_ssize_t count_offset; /* where the buffer's `num_steps` slot lives */
+    Py_ssize_t owner_offset; /* its `owner` slot: the ident of the episode's thread */
     Leaf leaves[N_LEAVES];
 } StepKernel;
 
-static PyObject *s_num_steps, *s_tobytes, *s_rollback, *s_action;
+static PyObject *s_num_steps, *s_owner, *s_refuse, *s_tobytes, *s_rollback, *s_action;
 
 /* 1: the value is appended as it is (a packed leaf's as *p); 0: the Python
  * step decides; -1: an error is set. */
@@ -499,6 +500,23 @@ hand_over(StepKernel *k, PyObject *action, PyObject *ts)
     return result;
 }
 
+/* Whether this step comes from a thread other than the one that began the
+ * episode (the buffer's `owner` slot: its ident, 0 for none): two threads'
+ * steps in one episode would make a mix of two. */
+static int
+foreign(StepKernel *k)
+{
+    if (k->owner_offset < 0) return 0;
+    PyObject *owner = *(PyObject **)((char *)k->buffer + k->owner_offset);
+    if (owner == NULL || !PyLong_CheckExact(owner)) return 0;
+    unsigned long ident = PyLong_AsUnsignedLong(owner);
+    if (ident == (unsigned long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return ident != 0 && ident != PyThread_get_thread_ident();
+}
+
 /* Records the env's result `ts` of `action` if every value is taken as it is,
  * else hands both to `after`; returns the result. Steals the reference to `ts`. */
 static PyObject *
@@ -517,6 +535,7 @@ kernel_take(StepKernel *k, PyObject *action, PyObject *ts)
     /* Not started: the Python step says so. At PY_SSIZE_T_MAX steps, n + 1
      * would not fit: the Python step counts in Python ints. */
     if (n <= 0 || n == PY_SSIZE_T_MAX) return hand_over(k, action, ts);
+    if (foreign(k)) return hand_over(k, action, ts); /* the Python step refuses it */
 
     PyObject *values[N_LEAVES] = {action};
     Packed packed[N_LEAVES];
@@ -614,6 +633,14 @@ kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject
         return NULL;
     }
     PyObject *action = args[0];
+    if (foreign(k)) {
+        /* Refused before the env is stepped: `refuse_thread` raises. */
+        PyObject *none = PyObject_CallMethodNoArgs(k->buffer, s_refuse);
+        if (none == NULL) return NULL;
+        Py_DECREF(none);
+        PyErr_SetString(PyExc_RuntimeError, "a step from another thread than the episode's");
+        return NULL;
+    }
     PyObject *ts;
     if (k->step_function != NULL) {
         PyObject *call[2] = {k->step_self, action};
@@ -811,6 +838,24 @@ kernel_dealloc(StepKernel *k)
     Py_TYPE(k)->tp_free((PyObject *)k);
 }
 
+/* The offset of the buffer's writable slot `name`, as its member descriptor
+ * reads and writes it; -1 with an error set if it has none. */
+static Py_ssize_t
+slot_offset(PyObject *buffer, PyObject *name)
+{
+    PyObject *slot = PyObject_GetAttr((PyObject *)Py_TYPE(buffer), name);
+    if (slot == NULL) return -1;
+    Py_ssize_t offset = -1;
+    if (Py_IS_TYPE(slot, &PyMemberDescr_Type)) {
+        PyMemberDef *member = ((PyMemberDescrObject *)slot)->d_member;
+        if (member->type == T_OBJECT_EX && !(member->flags & READONLY)) offset = member->offset;
+    }
+    Py_DECREF(slot);
+    if (offset < 0)
+        PyErr_Format(PyExc_TypeError, "the buffer's %U must be a writable slot", name);
+    return offset;
+}
+
 static PyObject *
 kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -837,20 +882,10 @@ kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                      N_LEAVES, N_LEAVES - 1, MAX_CHECKS);
         return NULL;
     }
-    /* The slot's offset, as its member descriptor reads and writes it. */
-    PyObject *slot = PyObject_GetAttr((PyObject *)Py_TYPE(buffer), s_num_steps);
-    if (slot == NULL) return NULL;
-    Py_ssize_t count_offset = -1;
-    if (Py_IS_TYPE(slot, &PyMemberDescr_Type)) {
-        PyMemberDef *member = ((PyMemberDescrObject *)slot)->d_member;
-        if (member->type == T_OBJECT_EX && !(member->flags & READONLY))
-            count_offset = member->offset;
-    }
-    Py_DECREF(slot);
-    if (count_offset < 0) {
-        PyErr_SetString(PyExc_TypeError, "the buffer's num_steps must be a writable slot");
-        return NULL;
-    }
+    Py_ssize_t count_offset = slot_offset(buffer, s_num_steps);
+    if (count_offset < 0) return NULL;
+    Py_ssize_t owner_offset = slot_offset(buffer, s_owner);
+    if (owner_offset < 0) PyErr_Clear(); /* a buffer that names no owner: steps not checked */
     StepKernel *k = (StepKernel *)type->tp_alloc(type, 0);
     if (k == NULL) return NULL;
     k->vectorcall = kernel_vectorcall;
@@ -864,6 +899,7 @@ kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     k->after = Py_NewRef(after);
     k->buffer = Py_NewRef(buffer);
     k->count_offset = count_offset;
+    k->owner_offset = owner_offset;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(checks); i++) {
         Py_ssize_t index;
         PyObject *value;
@@ -940,10 +976,12 @@ PyInit__step_kernel(void)
 {
     import_array();
     s_num_steps = PyUnicode_InternFromString("num_steps");
+    s_owner = PyUnicode_InternFromString("owner");
+    s_refuse = PyUnicode_InternFromString("refuse_thread");
     s_tobytes = PyUnicode_InternFromString("tobytes");
     s_rollback = PyUnicode_InternFromString("_rollback");
     s_action = PyUnicode_InternFromString("action");
-    if (!s_num_steps || !s_tobytes || !s_rollback || !s_action) return NULL;
+    if (!s_num_steps || !s_owner || !s_refuse || !s_tobytes || !s_rollback || !s_action) return NULL;
     if (PyType_Ready(&StepKernelType) < 0 || PyType_Ready(&RowBufferType) < 0) return NULL;
     PyObject *m = PyModule_Create(&kernel_module);
     if (m == NULL) return NULL;

@@ -30,8 +30,9 @@ For a Catch-like layout (int64 action, float32 reward and discount, float32
 
     def add(action, reward, discount, next_observation, step_metadata=None):
         n = _buffer.num_steps
-        if (n) and ((type(action) is int and -9223372036854775808 <= action
-                     <= 9223372036854775807 or type(action) in _c1)
+        if (n) and ((_get_ident() == _buffer.owner)
+                    and (type(action) is int and -9223372036854775808 <= action
+                         <= 9223372036854775807 or type(action) in _c1)
                     and (type(reward) is float or type(reward) in _c3)
                     and (type(discount) is float or type(discount) in _c5)
                     and (type(next_observation) is _ndarray
@@ -42,22 +43,25 @@ For a Catch-like layout (int64 action, float32 reward and discount, float32
                 _c4(reward)
                 _c6(discount)
                 _c9(next_observation.tobytes())
+                _buffer.num_steps = n + 1
             except BaseException:
                 _buffer._rollback(n)
+                _buffer.num_steps = n
                 raise
-            _buffer.num_steps = n + 1
         else:
             _checked(action, reward, discount, next_observation, step_metadata)
 
-(on one line) where `_c1` is the other scalar types the action column takes
-as they are (a Python int, the common case, is tested first by identity, as
-a Python float is for the reward) and `_c2`, `_c4`, ... are the columns' list
-`append`s. The exact text is the
-function's `source` attribute, and `inspect.getsource` and tracebacks show it.
+(on one line) where `_buffer.owner` is the thread that began the episode
+(another thread's step goes to `_checked`, which refuses it), `_c1` is the
+other scalar types the action column takes as they are (a Python int, the
+common case, is tested first by identity, as a Python float is for the
+reward) and `_c2`, `_c4`, ... are the columns' list `append`s. The exact
+text is the function's `source` attribute, and `inspect.getsource` and tracebacks show it.
 """
 
 from __future__ import annotations
 
+import _thread
 import functools
 import itertools
 import linecache
@@ -118,7 +122,7 @@ class _Source:
     """The parts of the generated function: its tests, its appends and the names they use."""
 
     def __init__(self) -> None:
-        self.names: dict[str, Any] = {"_ndarray": np.ndarray}
+        self.names: dict[str, Any] = {"_ndarray": np.ndarray, "_get_ident": _thread.get_ident}
         self.tests: list[str] = []
         self.appends: list[str] = []
 
@@ -140,6 +144,10 @@ class _Source:
         if test:
             self.tests.append(test.format(v=expr, **names))
         self.appends.append(append.format(v=expr, **names))
+
+
+# The test that the step comes from the thread that began the episode.
+OWNER_TEST = "_get_ident() == _buffer.owner"
 
 
 class StepBody:
@@ -173,12 +181,15 @@ class StepBody:
         """The appends as source lines at `indent`: all or none (a failed one rolls back)."""
         inner = indent + "    "
         appends = "".join(f"{inner}{a}\n" for a in self.appends) or f"{inner}pass\n"
+        # The count too inside the `try`: a Ctrl-C between the last append and
+        # the count would leave a column one value longer than the steps.
         return (
             f"{indent}try:\n{appends}"
+            f"{inner}_buffer.num_steps = n + 1\n"
             f"{indent}except BaseException:\n"
             f"{inner}_buffer._rollback(n)\n"
+            f"{inner}_buffer.num_steps = n\n"
             f"{inner}raise\n"
-            f"{indent}_buffer.num_steps = n + 1\n"
         )
 
 
@@ -270,7 +281,9 @@ def compile_step_add(
       The function.
     """
     body = step_body(groups, columns)
-    tests = ["n", body.test]
+    # The episode's own thread only: another's step goes to the checked form,
+    # which refuses it (`EpisodeBuffer.owner`).
+    tests = ["n", OWNER_TEST, body.test]
     if not body.takes_metadata:
         tests.append("step_metadata is None")
     text = (

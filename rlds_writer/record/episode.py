@@ -14,13 +14,15 @@ end the buffer produces RLDS-aligned columns:
 
 from __future__ import annotations
 
+import _thread
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import StepValueError
+from rlds_writer.errors import RecorderThreadError, StepValueError
 from rlds_writer.record.appender import build_appender, compile_step_add
 from rlds_writer.record.chunk_columns import LargeArrayColumn
 from rlds_writer.record.columns import make_column
@@ -144,6 +146,15 @@ class StepFields:
         return flags
 
 
+def other_thread_error() -> RecorderThreadError:
+    """The error of a step from another thread than the one that began the episode."""
+    return RecorderThreadError(
+        f"a step from thread {threading.current_thread().name!r} in an episode another "
+        "thread records (it began it with reset): a recorder records one env loop; step "
+        "it from one thread, or give each thread an env and recorder of its own"
+    )
+
+
 class EpisodeBuffer:
     """Collects the steps of one episode in per-field columns.
 
@@ -158,7 +169,7 @@ class EpisodeBuffer:
     __slots__ = (
         "layout", "columns", "_obs_columns", "_transition_columns", "_obs", "_action",
         "_reward", "_discount", "_meta", "_episode_values", "_large_columns", "_other_columns",
-        "add", "num_steps", "_zero_appends", "_column_items", "_resets",
+        "add", "num_steps", "_zero_appends", "_column_items", "_resets", "owner",
     )  # fmt: skip
 
     def __init__(self, layout: StepFields):
@@ -215,6 +226,9 @@ class EpisodeBuffer:
             compiled["step_metadata"] = meta_tree
         self.add = compile_step_add(compiled, self.columns, self, self._make_add())
         self.num_steps = 0
+        # The ident of the thread that began the episode: the steps of another
+        # thread are refused (the C step reads this slot too).
+        self.owner = 0
         # For `finish`, which runs once per episode (per 100 steps in Catch):
         # its loops without dict lookups or bound-method lookups.
         self._zero_appends = [
@@ -227,7 +241,12 @@ class EpisodeBuffer:
         """Records step 0: the first observation and its step metadata."""
         if self.num_steps:
             raise RuntimeError("EpisodeBuffer.start called twice")
+        self.owner = _thread.get_ident()
         self._append_observation(observation, step_metadata)
+
+    def refuse_thread(self) -> None:
+        """Raises `RecorderThreadError`: a step came from another thread than the episode's."""
+        raise other_thread_error()
 
     def _make_add(self) -> Callable[..., None]:
         # The checked form of a step: every value through its appender, which
@@ -247,6 +266,8 @@ class EpisodeBuffer:
             n = buffer.num_steps
             if not n:
                 raise RuntimeError("EpisodeBuffer.add called before start")
+            if _thread.get_ident() != buffer.owner:
+                buffer.refuse_thread()
             try:
                 act(action)
                 rew(reward)
@@ -256,10 +277,11 @@ class EpisodeBuffer:
                     buffer._append_metadata(step_metadata)
                 elif step_metadata:
                     buffer._reject_metadata(step_metadata)
-            except Exception:
+                buffer.num_steps = n + 1
+            except BaseException:  # a Ctrl-C too: a step is all or nothing
                 buffer._rollback(n)
+                buffer.num_steps = n
                 raise
-            buffer.num_steps = n + 1
 
         return add
 
@@ -271,10 +293,11 @@ class EpisodeBuffer:
                 self._append_metadata(step_metadata)
             elif step_metadata:
                 self._reject_metadata(step_metadata)
-        except Exception:
+            self.num_steps = n + 1
+        except BaseException:  # a Ctrl-C too
             self._rollback(n)
+            self.num_steps = n
             raise
-        self.num_steps = n + 1
 
     def _append_metadata(self, step_metadata: Any) -> None:
         if step_metadata is None:

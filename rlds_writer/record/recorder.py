@@ -26,22 +26,19 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from rlds_writer.errors import SpecError, StepValueError, WriterClosedError
+from rlds_writer.errors import ForkedRecorderError, StepValueError, WriterClosedError
 from rlds_writer.record.episode import StepFields
-from rlds_writer.record.spaces import (
-    DEFAULT_IMAGE_ENCODING,
-    DEFAULT_JPEG_QUALITY,
-    values_def,
-)
+from rlds_writer.record.pending import ZERO, PendingEpisode, infer, snapshot
+from rlds_writer.record.spaces import DEFAULT_IMAGE_ENCODING, DEFAULT_JPEG_QUALITY
+from rlds_writer.store.episodes import interrupts
 from rlds_writer.store.features import end_reasons, feature_defs, field_specs
 from rlds_writer.store.storage.object_path import as_path
 from rlds_writer.store.writing.dataset_setup import check_mode
-from rlds_writer.store.writing.exit_close import close_at_exit
+from rlds_writer.store.writing.exit_close import close_at_exit, forked_message
 from rlds_writer.store.writing.writer import DatasetWriter
 
 if TYPE_CHECKING:
@@ -69,39 +66,7 @@ def _env_end(terminated: bool) -> str:
     return end_reasons.TERMINATED if terminated else end_reasons.TRUNCATED
 
 
-class _Zero:
-    """Sentinel: store the zero value of the field's feature."""
-
-    def __repr__(self) -> str:
-        return "ZERO"
-
-
-ZERO = _Zero()
-
 MakeConfig = Callable[[dict[str, Any], dict[str, Any]], Any]
-
-
-def _snapshot(value: Any) -> Any:
-    """Copies numpy arrays in a nest (envs may reuse their output arrays)."""
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, tuple):
-        return tuple(_snapshot(v) for v in value)
-    if isinstance(value, list):
-        return [_snapshot(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: _snapshot(v) for k, v in value.items()}
-    return value
-
-
-class _PendingEpisode:
-    """The raw values of one episode recorded before the writer exists."""
-
-    __slots__ = ("steps", "episode_metadata")
-
-    def __init__(self) -> None:
-        self.steps: list[tuple] = []
-        self.episode_metadata: Mapping[str, Any] | None = None
 
 
 class Recorder:
@@ -155,12 +120,14 @@ class Recorder:
         self._free: list[Any] = []  # finished buffers, empty again, for reuse
         self._buffers: dict[Hashable, Any] = {}
         self._stopped: set[Hashable] = set()
-        self._pending: dict[Hashable, _PendingEpisode] = {}
+        self._pending: dict[Hashable, PendingEpisode] = {}
         # Finished episodes waiting for the writer: (split, terminated, end reason, episode).
-        self._pending_done: list[tuple[str, bool, str, _PendingEpisode]] = []
+        self._pending_done: list[tuple[str, bool, str, PendingEpisode]] = []
         self._pending_steps = 0
         self._zeros: dict[str, Any] = {}
         self._closed = False
+        self._pid = os.getpid()  # a forked child gets an error, never the parent's files
+        self._steps_at_fork: int | None = None
         if not infer:
             self._create_writer(self._declared_step, self._declared_episode)
         else:  # the writer comes with the first episode: refuse a taken directory now
@@ -182,14 +149,14 @@ class Recorder:
         self, slot: Hashable, observation: Any, step_metadata: Mapping[str, Any] | None
     ) -> None:
         """Starts an episode in `slot`; an open one there is ended as cut short."""
-        if self._closed:
+        if self._closed or self._pid != os.getpid():
             self._check_open()
         self._stopped.discard(slot)
         if slot in self._buffers or slot in self._pending:
             self.end(slot, terminated=False, cut_short=True)
         if self.writer is None:
-            pending = _PendingEpisode()
-            pending.steps.append(_snapshot((observation, step_metadata)))
+            pending = PendingEpisode()
+            pending.steps.append(snapshot((observation, step_metadata)))
             self._pending[slot] = pending
             self._count_pending()
             return
@@ -224,7 +191,7 @@ class Recorder:
                 f"a step was added outside an episode (slot {slot!r}): begin one first "
                 "(begin_episode / env.reset())"
             )
-        pending.steps.append(_snapshot((action, reward, discount, observation, step_metadata)))
+        pending.steps.append(snapshot((action, reward, discount, observation, step_metadata)))
         self._count_pending()
 
     def step_adder(self, slot: Hashable) -> Callable[[Any, Any, Any, Any, Any], None]:
@@ -267,6 +234,7 @@ class Recorder:
         else:
             raise RuntimeError(f"no episode is open in slot {slot!r}")
 
+    @interrupts.held
     def end(
         self,
         slot: Hashable,
@@ -283,6 +251,8 @@ class Recorder:
           split: the split to write it to (default: the recorder's).
           cut_short: the recorder, not the env, ended it (`end_reason`).
         """
+        if self._pid != os.getpid():
+            self._check_open()
         split = split or self.split
         reason = end_reasons.CUT_SHORT if cut_short else _env_end(terminated)
         if slot in self._stopped:
@@ -308,6 +278,7 @@ class Recorder:
         if pending is not None:
             self._pending_steps -= len(pending.steps)
 
+    @interrupts.held
     def flush(self) -> None:
         """Blocks until every ended episode is on disk (once the writer exists)."""
         if self.writer is not None:
@@ -317,6 +288,19 @@ class Recorder:
         """Ends open episodes (cut short), writes everything and closes."""
         if self._closed:
             return
+        if self._pid != os.getpid():
+            # A forked child's copy: what it holds is the parent's to write.
+            self._closed = True
+            if self._open_steps() != self._steps_at_fork:
+                raise ForkedRecorderError(
+                    forked_message(self.data_directory, self._pid)
+                    + " (the steps recorded here were not saved)"
+                )
+            return
+        with interrupts.deferred(f"writing the open episodes and closing {self.data_directory}"):
+            self._close()
+
+    def _close(self) -> None:
         try:
             for slot in list(self._buffers) + list(self._pending):
                 self.end(slot, terminated=False, cut_short=True)
@@ -349,7 +333,17 @@ class Recorder:
 
     # --------------------------------------------------------------- private
 
+    def inherited(self) -> None:
+        """Called in a forked child: notes what the parent's open episodes held at the fork."""
+        self._steps_at_fork = self._open_steps()
+
+    def _open_steps(self) -> int:
+        buffered = sum(buffer.num_steps for buffer in self._buffers.values())
+        return buffered + sum(len(p.steps) for p in self._pending.values())
+
     def _check_open(self) -> None:
+        if self._pid != os.getpid():
+            raise ForkedRecorderError(forked_message(self.data_directory, self._pid))
         if self._closed:
             raise WriterClosedError(f"the recorder of {self.data_directory} is closed")
 
@@ -412,44 +406,18 @@ class Recorder:
             if key in steps_feature
         }
 
-    def _infer(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Features of undeclared metadata keys, from the buffered episodes."""
-        episodes = [p for *_, p in self._pending_done] + list(self._pending.values())
-        step_values: dict[str, list[Any]] = {}
-        episode_values: dict[str, list[Any]] = {}
-        for episode in episodes:
-            for step in episode.steps:
-                meta = step[-1]
-                for key, value in (meta or {}).items():
-                    if key not in self._declared_step and value is not ZERO:
-                        step_values.setdefault(key, []).append(value)
-            for key, value in (episode.episode_metadata or {}).items():
-                if key not in self._declared_episode:
-                    episode_values.setdefault(key, []).append(value)
-        step_info = dict(self._declared_step)
-        for key, values in step_values.items():
-            step_info[key] = values_def(
-                values, f"steps/{key}", self._image_encoding, self._jpeg_quality
-            )
-        # A key that only ever held ZERO has no type to infer.
-        for episode in episodes:
-            for step in episode.steps:
-                for key, value in (step[-1] or {}).items():
-                    if value is ZERO and key not in step_info:
-                        raise SpecError(
-                            f"steps/{key}: no value was seen in the first episode to infer "
-                            "its type from; declare its feature"
-                        )
-        episode_info = dict(self._declared_episode)
-        for key, values in episode_values.items():
-            episode_info[key] = values_def(values, key, self._image_encoding, self._jpeg_quality)
-        return step_info, episode_info
-
+    @interrupts.held
     def _materialize(self) -> None:
         """Creates the writer from the buffered data and replays it."""
         if self.writer is not None:
             return
-        step_info, episode_info = self._infer()
+        step_info, episode_info = infer(
+            [p for *_, p in self._pending_done] + list(self._pending.values()),
+            self._declared_step,
+            self._declared_episode,
+            self._image_encoding,
+            self._jpeg_quality,
+        )
         self._create_writer(step_info, episode_info)
         done, self._pending_done = self._pending_done, []
         open_, self._pending = self._pending, {}
@@ -459,6 +427,7 @@ class Recorder:
         for slot, pending in open_.items():
             self._buffers[slot] = self._replay(pending)
 
+    @interrupts.held
     def cut_short(self, slot: Hashable, error: StepValueError) -> StepValueError:
         """Ends the episode in `slot` at its last good step; returns the error to raise.
 
@@ -489,7 +458,7 @@ class Recorder:
         self._free.append(buffer)  # empty again: reused for the next episode
         self.writer.write(episode, split)
 
-    def _replay(self, pending: _PendingEpisode) -> Any:
+    def _replay(self, pending: PendingEpisode) -> Any:
         buffer = self._new_buffer()
         first, *rest = pending.steps
         buffer.start(first[0], self._resolve(first[1]))

@@ -55,6 +55,7 @@ _RECORD_CORE = (
     "config",
     "episode",
     "gymnasium_recording",
+    "pending",
     "recorder",
     "row_columns",
     "scalar_columns",

@@ -6,6 +6,7 @@ It keeps envlogger's interface (`step_fn`, `episode_fn`, `metadata`, a
 
 from __future__ import annotations
 
+import _thread
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -14,12 +15,14 @@ import dm_env
 import numpy as np
 
 from rlds_writer.errors import StepValueError
-from rlds_writer.record import step_kernel
+from rlds_writer.record import appender, step_kernel
 from rlds_writer.record.appender import StepBody, compile_source
 from rlds_writer.record.config import env_config
 from rlds_writer.record.dm_env.backend import TFDSBackendWriter
+from rlds_writer.record.episode import other_thread_error
 from rlds_writer.record.recorder import user_fn_result
 from rlds_writer.store.dataset import json_values
+from rlds_writer.store.episodes import interrupts
 from rlds_writer.store.features import end_reasons, feature_defs
 
 _FIRST = dm_env.StepType.FIRST
@@ -91,6 +94,7 @@ class EnvLogger(dm_env.Environment):
         # No user function to call: the step is one call to the recorder.
         self._plain = step_fn is None and episode_fn is None
         self._closed = False
+        self._owner = 0
         # Compiled mid-episode steps, by the episode buffer's adder (`_fused_step`).
         self._fused: dict[Callable[..., None], Callable[[Any], dm_env.TimeStep]] = {}
         # Until the first reset: the backend's own call, which refuses a step
@@ -128,6 +132,7 @@ class EnvLogger(dm_env.Environment):
             meta = self._step_metadata(timestep, None)
             self._backend.begin_episode(timestep.observation, meta)
             self._episode_metadata(timestep, None)
+        self._owner = _thread.get_ident()  # the episode's thread; another's steps are refused
         # Bound to this episode: one call per step instead of three.
         self._add = self._backend.step_adder()
         if self._plain and type(self).step is EnvLogger.step:
@@ -227,6 +232,8 @@ class EnvLogger(dm_env.Environment):
         if fused is None:
             text = (
                 "def step(action):\n"
+                f"    if not {appender.OWNER_TEST}:\n"
+                "        _buffer.refuse_thread()  # before the env is touched\n"
                 "    timestep = _env_step(action)\n"
                 "    if timestep.step_type is not _MID:\n"
                 "        return _other(timestep, action)\n"
@@ -261,6 +268,8 @@ class EnvLogger(dm_env.Environment):
 
     def step(self, action: Any) -> dm_env.TimeStep:
         """Steps the env and records the transition (see `dm_env.Environment.step`)."""
+        if self._owner != _thread.get_ident() and self._add is not self._backend.add_step:
+            raise other_thread_error()  # in another thread's episode: the env is not touched
         return self._record(self._env.step(action), action)
 
     def _record(self, timestep: dm_env.TimeStep, action: Any) -> dm_env.TimeStep:
@@ -312,6 +321,7 @@ class EnvLogger(dm_env.Environment):
         """Blocks until every finished episode is on disk."""
         self._backend.flush()
 
+    @interrupts.held
     def close(self) -> None:
         """Ends an open episode (cut short), closes the dataset and the env."""
         if self._closed:

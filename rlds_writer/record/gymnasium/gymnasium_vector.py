@@ -29,6 +29,7 @@ from rlds_writer.errors import StepValueError
 from rlds_writer.record.batch.vector import VectorRecording, split_options
 from rlds_writer.record.gymnasium_recording import OPTIONS_DOC, env_id, new_recording
 from rlds_writer.record.recorder import Recorder
+from rlds_writer.store.episodes import interrupts
 
 if TYPE_CHECKING:
     from etils import epath
@@ -247,6 +248,7 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
             return
         self._recording.recorder.flush()
 
+    @interrupts.held
     def close(self, **kwargs: Any) -> None:
         """Ends open episodes (cut short), closes the dataset, then the env."""
         if self._closed:

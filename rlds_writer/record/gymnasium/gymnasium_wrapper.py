@@ -28,14 +28,17 @@ its default.
 
 from __future__ import annotations
 
+import _thread
 import functools
 import weakref
 from typing import TYPE_CHECKING, Any
 
 import gymnasium
 
+from rlds_writer.record.episode import other_thread_error
 from rlds_writer.record.gymnasium_recording import OPTIONS_DOC, env_id, new_recording
 from rlds_writer.record.recorder import Recorder
+from rlds_writer.store.episodes import interrupts
 
 if TYPE_CHECKING:
     from etils import epath
@@ -55,6 +58,7 @@ class RecordRLDS(gymnasium.Wrapper):
         # and after a refused value: the general path handles both).
         self._adder: Any = None
         self._closed = False
+        self._owner = 0
         self._after_weakly = _after_of(self)
         if type(self).step is RecordRLDS.step:
             self._recording.prepare_step_kernels(self.env.step, self._after_weakly)
@@ -70,6 +74,7 @@ class RecordRLDS(gymnasium.Wrapper):
         obs, info = self.env.reset(seed=seed, options=options)
         self._unbind()
         self._recording.begin(0, obs, info)
+        self._owner = _thread.get_ident()  # the episode's thread; another's steps are refused
         self._adder = self._recording.step_adder(0)
         self._step_index = 0
         if type(self).step is RecordRLDS.step:
@@ -81,6 +86,8 @@ class RecordRLDS(gymnasium.Wrapper):
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        if self._adder is not None and self._owner != _thread.get_ident():
+            raise other_thread_error()  # before the env is touched
         if self._adder is None:
             writer = self._recording.recorder
             if not writer.in_episode(0) and not writer.stopped(0):
@@ -115,6 +122,7 @@ class RecordRLDS(gymnasium.Wrapper):
         """Blocks until every finished episode is on disk."""
         self._recording.recorder.flush()
 
+    @interrupts.held
     def close(self) -> None:
         """Ends an open episode (cut short), closes the dataset, then the env."""
         if self._closed:

@@ -42,6 +42,7 @@ from rlds_writer.record import spaces as spaces_lib
 from rlds_writer.record.gymnasium_recording import action_caster
 from rlds_writer.record.recorder import Recorder
 from rlds_writer.store.dataset import names
+from rlds_writer.store.episodes import interrupts
 from rlds_writer.store.features import feature_defs, field_specs
 from rlds_writer.store.storage.object_path import as_path
 
@@ -318,6 +319,7 @@ class JointRecording:
     def flush(self) -> None:
         self.recorder.flush()
 
+    @interrupts.held
     def close(self) -> None:
         try:
             self.end_open()

@@ -44,6 +44,7 @@ from rlds_writer.record.gymnasium_recording import Recording, new_recording
 from rlds_writer.record.pettingzoo.pettingzoo_joint import JointRecording, check_layout
 from rlds_writer.record.recorder import Recorder
 from rlds_writer.store.dataset import names
+from rlds_writer.store.episodes import interrupts
 from rlds_writer.store.features import feature_defs
 from rlds_writer.store.storage.object_path import as_path
 
@@ -194,6 +195,7 @@ class _MultiAgentRecording:
         for recording in self.groups.values():
             recording.recorder.flush()
 
+    @interrupts.held
     def close(self) -> None:
         errors = []
         for recording in self.groups.values():
@@ -244,6 +246,7 @@ class RecordingWrapper:
         """Blocks until every finished agent episode is on disk."""
         self._rec.flush()
 
+    @interrupts.held
     def close(self) -> None:
         """Writes open agent episodes (cut short), closes the datasets, then the env."""
         if self._closed:

@@ -214,13 +214,19 @@ class BufferPool:
         self._shared: set[str] = set()  # keys that asked for shared buffers
         self._lent: dict[str, int] = {}  # chunks held by finished, unwritten episodes
         self._per_episode: dict[str, int] = {}  # chunks the last finished episode took
-        self._cond = threading.Condition(threading.Lock())
+        # Entered as the lock itself (C code), not as the Condition, whose Python
+        # __enter__/__exit__ a Ctrl-C can interrupt with the lock held, leaving
+        # the writer thread waiting for it forever. Reentrant: a finished
+        # episode's __del__ (`returned`) may run, from the garbage collector,
+        # in a thread that holds it.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._pid = os.getpid()
         self._closed = False
 
     def expect(self, key: str, chunks: int) -> None:
         """An episode of `key` took `chunks` buffers: keep enough for the episodes in flight."""
-        with self._cond:
+        with self._lock:
             self._cap[key] = max(self._cap.get(key, self._max), chunks * self._max)
 
     def take(
@@ -239,7 +245,7 @@ class BufferPool:
         With `wait`, a take that finds none free while the writer holds the
         chunks of `_IN_FLIGHT` finished episodes of `key` waits for one back.
         """
-        with self._cond:
+        with self._lock:
             if self._pid != os.getpid():  # a forked child: the parent's chunks are not ours
                 self._forget_parent()
             if shared:
@@ -271,7 +277,7 @@ class BufferPool:
         # (image chunks made before the encoding processes started).
         if key in self._shared and not is_shared(buf):
             return
-        with self._cond:
+        with self._lock:
             if self._closed:
                 _spares.put(buf, key in self._shared)
                 return
@@ -285,14 +291,14 @@ class BufferPool:
         counts: dict[str, int] = {}
         for key in keys:
             counts[key] = counts.get(key, 0) + 1
-        with self._cond:
+        with self._lock:
             for key, n in counts.items():
                 self._lent[key] = self._lent.get(key, 0) + n
                 self._per_episode[key] = n
 
     def returned(self, key: str, buf: np.ndarray | None) -> None:
         """A lent chunk is back (`buf`), or gone with an episode never written (None)."""
-        with self._cond:
+        with self._lock:
             self._lent[key] = max(0, self._lent.get(key, 0) - 1)
             self._cond.notify_all()
         if buf is not None:
@@ -300,7 +306,7 @@ class BufferPool:
 
     def close(self) -> None:
         """The recording is over: its free buffers go to the process's spares (bounded)."""
-        with self._cond:
+        with self._lock:
             self._closed = True
             free, self._free = self._free, {}
             mine = self._pid == os.getpid()
@@ -322,7 +328,7 @@ class BufferPool:
         Does nothing if a spare is already free (every buffer of a key has the
         same shape: the chunks of one field).
         """
-        with self._cond:
+        with self._lock:
             if self._free.get(key):
                 return
         _prefill_requests().put((self, key, capacity, shape, dtype, shared))

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlds_writer import errors
+from rlds_writer.store.episodes import interrupts
 from rlds_writer.store.images.image_codecs import yield_cpu_to_caller
 
 # Frames per batch handed to a thread: each hand-over wakes a thread, a cost
@@ -140,7 +141,10 @@ class FrameStream:
         slot = self._pos
         owner = self._owner[slot]
         if owner is not None and owner is not self._filling:
-            owner.done.wait()  # the encoders are a whole ring behind
+            # The encoders are a whole ring behind. Held from Ctrl-C: the event's
+            # lock, left held, would stop the encoding thread that sets it.
+            with interrupts.deferred():
+                owner.done.wait()
         self.codec.fill(self._ring[slot], frame)
         self._owner[slot] = batch = self._filling
         batch.slots.append(slot)

@@ -5,7 +5,8 @@ nothing of; closing it first writes that episode, cut short, before the
 writers close and commit. Both are held weakly: registering keeps nothing alive.
 A forked child forgets its parent's: they are the parent's to close (closing
 them in the child wrote into the parent's open shard through the shared file
-offset and removed the parent's lock).
+offset and removed the parent's lock); a recorder or writer a child uses
+refuses (`errors.ForkedRecorderError`).
 """
 
 from __future__ import annotations
@@ -56,7 +57,20 @@ def _close_open_writers() -> None:
             _log.error("closing %s at exit failed: %s", writer.path, e)
 
 
+def forked_message(path: Any, pid: int) -> str:
+    """The error of a forked child that used its parent's recorder or writer of `path`."""
+    return (
+        f"{path}: this recorder belongs to process {pid}, and process {os.getpid()} is a "
+        "forked child of it, which must not write into its parent's open files: make the "
+        "recorder (the env wrapper) in the child, with a data_directory of its own"
+    )
+
+
 def _forget_the_parents() -> None:
+    for recorder in list(_OPEN_RECORDERS):
+        inherited = getattr(recorder, "inherited", None)
+        if inherited is not None:
+            inherited()  # so that the child's use of it is refused, never silent
     _OPEN_RECORDERS.clear()
     _OPEN_WRITERS.clear()
 

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import queue
 import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rlds_writer.errors import WriterClosedError, WriterFailedError
+from rlds_writer.errors import ForkedRecorderError, WriterClosedError, WriterFailedError
 from rlds_writer.store.dataset import json_values, layout
 from rlds_writer.store.dataset.locking import DirectoryLock
+from rlds_writer.store.episodes import interrupts
 from rlds_writer.store.episodes.episode_data import Episode
 from rlds_writer.store.features import field_specs
 from rlds_writer.store.formats import shards
@@ -163,6 +165,7 @@ class DatasetWriter:
             self.encoder.close()
             raise
 
+        self._pid = os.getpid()  # a forked child never writes through our files (`_check`)
         self.episodes_written = 0
         self.steps_written = 0
         self.bytes_written = 0
@@ -191,6 +194,7 @@ class DatasetWriter:
 
     # ---------------------------------------------------------------- public
 
+    @interrupts.held
     def write(self, episode: Episode, split: str | None = None) -> None:
         """Queues a finished episode; blocks only while the queue is full.
 
@@ -198,7 +202,7 @@ class DatasetWriter:
           WriterFailedError: if the writer thread failed earlier.
           WriterClosedError: if the writer is closed.
         """
-        if self._error is not None or self._closed:
+        if self._error is not None or self._closed or self._pid != os.getpid():
             self._check()
         split = split or self.default_split
         size = episode.nbytes
@@ -252,6 +256,7 @@ class DatasetWriter:
             self._queued_bytes -= episode.nbytes
             self._budget.notify_all()
 
+    @interrupts.held
     def flush(self) -> None:
         """Blocks until every queued episode is written and handed to the OS,
         and `dataset_info.json` lists it.
@@ -274,8 +279,14 @@ class DatasetWriter:
         """
         if self._closed:
             return
+        with interrupts.deferred(f"closing {self.path}"):
+            self._close()
+
+    def _close(self) -> None:
         self._closed = True
         exit_close.closed(self)
+        if self._pid != os.getpid():
+            return  # a forked child's copy: the files, lock and processes are the parent's
         if self._thread.is_alive():
             if not self._queue.queue and self._waiting is None:
                 # Nothing queued: the shards are finished here while the thread
@@ -302,6 +313,8 @@ class DatasetWriter:
 
     def set_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Replaces `metadata.json` (atomically) with JSON-safe `metadata`."""
+        if self._pid != os.getpid():
+            self._check()
         self._metadata = json_values.jsonable(dict(metadata))
         self._shards.write_metadata(self._metadata)
 
@@ -319,6 +332,8 @@ class DatasetWriter:
     # ---------------------------------------------------------------- thread
 
     def _check(self) -> None:
+        if self._pid != os.getpid():
+            raise ForkedRecorderError(exit_close.forked_message(self.path, self._pid))
         if self._error is not None:
             raise WriterFailedError(
                 f"the writer thread of {self.path} failed: {self._error!r}"

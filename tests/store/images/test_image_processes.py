@@ -124,8 +124,11 @@ _TEST_PATH = [
 def _child_recorder(path, encoding: str, body: str) -> str:
     """Source of a child process that opens a `_Cameras` recorder on `path`, then runs `body`."""
     head = f"""
-import sys, time
+import signal, sys, time
 import numpy as np
+# Ctrl-C raises KeyboardInterrupt even where this runs with SIGINT ignored (as
+# a background job of a script is started): the tests send it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path[:0] = {_TEST_PATH!r}
 from test_image_processes import _Cameras
 from rlds_writer import RecordRLDS
@@ -251,6 +254,9 @@ def test_ctrl_c_stops_the_loop_and_the_workers_still_encode_the_last_episodes(tm
                 if env.unwrapped.t == 30:
                     env.reset()
         except KeyboardInterrupt:
+            # A close that hangs fails with every thread's stack, not a bare timeout.
+            import faulthandler
+            faulthandler.dump_traceback_later(90, exit=True)
             env.close()
             print("closed", flush=True)
         """,
