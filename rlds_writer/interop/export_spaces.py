@@ -127,6 +127,27 @@ def _dicts_for_tuples(space: Any) -> Any:
     return space
 
 
+def _dm_env_discrete(metadata: Mapping[str, Any], name: str, tree: _Tree) -> Any:
+    """`Discrete(n)` for a dm_env `DiscreteArray` spec `EnvLogger` recorded, else None."""
+    import gymnasium as gym
+
+    specs = metadata.get("env_specs")
+    spec = specs.get(f"{name}_spec") if isinstance(specs, Mapping) else None
+    if isinstance(tree, dict) or not isinstance(spec, Mapping):
+        return None
+    count = spec.get("num_values")
+    if (
+        spec.get("spec") == "DiscreteArray"
+        and isinstance(count, int)
+        and count > 0
+        and spec.get("minimum", 0) == 0
+        and tree.shape == ()
+        and tree.dtype.kind in "iu"
+    ):
+        return gym.spaces.Discrete(count)
+    return None
+
+
 def _recorded_text(metadata: Mapping[str, Any], name: str) -> str | None:
     for source in (metadata, metadata.get("minari")):
         if isinstance(source, Mapping) and isinstance(source.get(f"{name}_space"), str):
@@ -181,6 +202,8 @@ def export_spaces(
                         f"the recorded {name} space {text[:120]!r} was not used ({problem}); "
                         "the space comes from the features"
                     )
+            if space is None:
+                space = _dm_env_discrete(metadata, name, tree)
             if space is None:
                 space = _features_space(tree)
                 if not isinstance(tree, dict) and tree.shape == () and tree.dtype.kind in "iu":

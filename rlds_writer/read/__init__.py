@@ -5,8 +5,9 @@ exactly as TFDS decodes them, random access by index); it reads each shard
 through its file format's reader (`store/formats/shards.py`: `FileFormat.open_reader`).
 Under it are record decoding (`decode.py`; `nest.py` holds the nested-dict helpers many modules
 share), images (`images.py`, `png.py`), TFDS split syntax (`splits.py`),
-RLDS steps as transitions (`transitions.py`) and the PyTorch datasets
-(`torch_data.py`, `torch_transitions.py`). `info`, `validate`, `stats`,
+RLDS steps as transitions (`transitions.py`), the PyTorch datasets
+(`torch_data.py`, `torch_transitions.py`) and the Ray Data datasource
+(`ray_data.py`). `info`, `validate`, `stats`,
 `show` and the exporters read records through here.
 
 Public here: `open_dataset`, `DatasetReader`.

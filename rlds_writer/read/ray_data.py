@@ -60,9 +60,11 @@ ROWS = ("episodes", "transitions")
 # Read tasks hold whole episodes: at least this many bytes each, unless the
 # caller asks for smaller ones (many small tasks cost more to schedule than to read).
 _MIN_TASK_BYTES = 1 << 20
-_BLOCK_BYTES = 32 << 20
+_BLOCK_BYTES = 8 << 20  # blocks stream to the consumer while the task reads on
 _TRANSITION_COLUMNS = ("observation", "action", "reward", "discount", "next_observation")
 _ALWAYS = ("steps/is_last", "steps/is_terminal")
+# Ray Data's column of nulls that carries the row count of a block with no columns.
+_STUB_COLUMN = "__bsp_stub"
 
 Segment = tuple[str, int, int, int]  # split, shard, first episode, end
 
@@ -93,6 +95,8 @@ class RLDSDatasource(Datasource):
       verify_checksums: check each record's CRC before decoding it.
       on_corrupt: `"raise"` or `"skip"` (as `open_dataset`).
       fields: with a `rows` function, the fields it needs decoded (None: all).
+      names: columns renamed as the blocks are made, `{ours: theirs}` (for a
+        consumer's schema, e.g. RLlib's `obs`; no extra pass over the data).
     """
 
     def __init__(
@@ -107,6 +111,7 @@ class RLDSDatasource(Datasource):
         verify_checksums: bool = True,
         on_corrupt: str = "raise",
         fields: Sequence[str] | None = None,
+        names: Mapping[str, str] | None = None,
     ):
         super().__init__()
         if not callable(rows) and rows not in ROWS:
@@ -133,6 +138,7 @@ class RLDSDatasource(Datasource):
         self.verify_checksums = verify_checksums
         self.on_corrupt = on_corrupt
         self.fields = None if fields is None else list(fields)
+        self.names = dict(names or {})
         self._projection_map: dict[str, str] | None = None
         self._segment_bytes = [self._bytes(seg) for seg in self.segments]
         if self.columns is not None:
@@ -145,7 +151,10 @@ class RLDSDatasource(Datasource):
         return True
 
     def _wanted_columns(self) -> list[str] | None:
-        projected = None if self._projection_map is None else list(self._projection_map)
+        ours = {theirs: mine for mine, theirs in self.names.items()}
+        projected = None
+        if self._projection_map is not None:
+            projected = [ours.get(name, name) for name in self._projection_map]
         if self.columns is None:
             return projected
         if projected is None:
@@ -289,8 +298,12 @@ class _TaskRead:
         self.on_corrupt = source.on_corrupt
         self.segments = segments
         self.first = first
-        self.columns = columns
+        # An empty projection (Ray's `count()`) still needs the rows counted: the
+        # episode index is made, then given as Ray's stub column of nulls.
+        self.count_only = columns is not None and not columns
+        self.columns = ["episode_index"] if self.count_only else columns
         self.fields = fields
+        self.names = source.names
 
     def __call__(self) -> Iterator[Any]:
         reader = DatasetReader(
@@ -309,12 +322,20 @@ class _TaskRead:
                     pending.setdefault(name, []).append(chunk)
                     size += _nbytes(chunk)
                 if size >= _BLOCK_BYTES:
-                    yield _block(pending)
+                    yield self._block(pending)
                     pending, size = {}, 0
             if pending:
-                yield _block(pending)
+                yield self._block(pending)
         finally:
             reader.close()
+
+    def _block(self, pending: dict[str, list[Any]]) -> Any:
+        if not self.count_only:
+            return _block(pending, self.names)
+        import pyarrow as pa
+
+        rows = sum(len(chunk) for chunk in pending.get("episode_index", []))
+        return pa.table({_STUB_COLUMN: pa.nulls(rows)})
 
     def _columns(self, episode: dict[str, Any], index: int) -> Iterator[tuple[str, Any]]:
         """(column, chunk) pairs: a chunk is a list of row values or an array of rows."""
@@ -363,10 +384,11 @@ def _nbytes(chunk: Any) -> int:
     return sum(getattr(v, "nbytes", 8) for v in chunk)
 
 
-def _block(columns: dict[str, list[Any]]) -> Any:
-    """A Ray Data block (an Arrow table) from each column's chunks."""
+def _block(columns: dict[str, list[Any]], names: Mapping[str, str]) -> Any:
+    """A Ray Data block (an Arrow table) from each column's chunks, renamed by `names`."""
     batch = {}
-    for name, chunks in columns.items():
+    for ours, chunks in columns.items():
+        name = names.get(ours, ours)
         if all(isinstance(c, np.ndarray) and c.dtype != object for c in chunks) and (
             len({(c.shape[1:], c.dtype) for c in chunks}) == 1
         ):
@@ -400,6 +422,7 @@ def read_rlds(
     bytes_per_task: int = 128 << 20,
     verify_checksums: bool = True,
     on_corrupt: str = "raise",
+    names: Mapping[str, str] | None = None,
     **read_args: Any,
 ) -> ray.data.Dataset:
     """Reads an RLDS dataset into a `ray.data.Dataset` (see the module doc).
@@ -415,6 +438,7 @@ def read_rlds(
       bytes_per_task: the most bytes on disk a read task reads.
       verify_checksums: check each record's CRC.
       on_corrupt: `"raise"` or `"skip"`.
+      names: output columns renamed, `{ours: theirs}`.
       **read_args: passed to `ray.data.read_datasource` (`concurrency`,
         `num_cpus`, `override_num_blocks`, `ray_remote_args`, ...).
 
@@ -430,5 +454,6 @@ def read_rlds(
         bytes_per_task=bytes_per_task,
         verify_checksums=verify_checksums,
         on_corrupt=on_corrupt,
+        names=names,
     )
     return ray.data.read_datasource(source, **read_args)

@@ -9,7 +9,7 @@ that namespace's loopback only and end when this process exits.
 
 The dataset (CartPole, pushed right) is written under a directory the second
 node cannot see (a tmpfs over it in its own mount namespace, as in
-tests/record/rllib_cluster_child.py) and uploaded to `s3://cluster-bucket`;
+tests/record/rllib/rllib_cluster_child.py) and uploaded to `s3://cluster-bucket`;
 the local copy is then deleted: the cluster shares no file system and reads
 the bucket. A pass of the datasource tells which nodes ran read tasks; then
 BC trains with a pre-learner that reports each (episode, step) it is handed

@@ -21,6 +21,8 @@ pytest.importorskip("ray.rllib")
 pytest.importorskip("msgpack_numpy")
 torch = pytest.importorskip("torch")
 
+from helpers_core import EpisodeSpec, write_with_rlds_writer  # noqa: E402
+
 import rlds_writer  # noqa: E402
 from rlds_writer.errors import SpecError  # noqa: E402
 from rlds_writer.interop.formats.rllib import offline  # noqa: E402
@@ -158,7 +160,7 @@ class _DictObs(gym.Env):
         return {"pos": np.zeros(2, np.float32)}, 0.0, True, False, {}
 
 
-def test_what_rlds_input_cannot_give_is_refused_in_one_line(source, tmp_path):
+def test_what_rlds_input_cannot_give_is_refused_in_one_line(source, catch, tmp_path):
     from ray.rllib.algorithms.bc import BCConfig
 
     def refused(config):
@@ -179,6 +181,17 @@ def test_what_rlds_input_cannot_give_is_refused_in_one_line(source, tmp_path):
     env.close()
     columns = offline.offline_config(BCConfig(), tmp_path / "dict")
     assert "input_read_episodes=True" in refused(columns)
+    # EnvLogger's DiscreteArray spec is RLlib's Discrete; a bare int64 scalar is refused.
+    assert str(offline.offline_config(BCConfig(), catch).action_space) == "Discrete(3)"
+    ints = tmp_path / "ints"
+    config = rlds_writer.DatasetConfig(
+        name="ints", observation_info=np.float32, action_info=np.int64, reward_info=np.float32
+    )
+    write_with_rlds_writer(
+        ints, config, [EpisodeSpec([np.float32(0)] * 2, [np.int64(1)], [np.float32(0)], [])]
+    )
+    with pytest.raises(SpecError, match="pass action_space=gymnasium.spaces.Discrete"):
+        offline.offline_config(BCConfig(), ints)
     with pytest.raises(ValueError, match="schema must be one of"):
         offline.offline_config(BCConfig(), source, schema="batches")
     with pytest.raises(ValueError, match="Unknown split 'valid'"):

@@ -116,8 +116,22 @@ def test_only_the_columns_asked_for_are_decoded(cameras, monkeypatch):
     (task,) = pushed.get_read_tasks(parallelism=1)
     (block,) = list(task())
     assert sorted(block.column_names) == ["episode_index", "steps/reward"]
+    # Renamed as the blocks are made (RLlib's names), projection in either name.
+    renamed = ray_data.RLDSDatasource(
+        cameras, "train[:1]", rows="transitions", names={"reward": "rewards"}
+    ).apply_projection({"rewards": "rewards"})
+    (task,) = renamed.get_read_tasks(parallelism=1)
+    (block,) = list(task())
+    assert block.column_names == ["rewards"] and block.num_rows == STEPS - 1
     with pytest.raises(ValueError, match="'steps/pixels'.*it has steps/action"):
         ray_data.RLDSDatasource(cameras, columns=["steps/pixels"])
+
+
+def test_count_counts_rows_without_decoding_them(ray_session, cameras):
+    # Ray pushes an empty projection into the read for count().
+    assert ray_data.read_rlds(cameras, "train[:5]").count() == 5
+    transitions = ray_data.read_rlds(cameras, "train[:5]", rows="transitions")
+    assert transitions.count() == 5 * (STEPS - 1)
 
 
 def test_select_columns_reads_only_those(ray_session, cameras):

@@ -159,8 +159,9 @@ def read_for_rllib(config: Any, observation_space: Any = None, action_space: Any
                 )
         schema = SCHEMA | dict(config.input_read_schema or {})
         names = {ours: schema[theirs] for ours, theirs in _COLUMNS.items()}
-        data = read_rlds(path, rows="transitions", columns=list(names), **options, **kwargs)
-        return data.rename_columns(names)
+        return read_rlds(
+            path, rows="transitions", columns=list(names), names=names, **options, **kwargs
+        )
     from rlds_writer.interop.export_spaces import export_spaces
     from rlds_writer.read.reader import open_dataset
 
@@ -233,7 +234,9 @@ def offline_config(
       action_space: likewise.
       read_options: more `read_rlds` / `ray.data.read_datasource` options
         (`bytes_per_task`, `cut_short`, `concurrency`, ...).
-      **offline_data: more `config.offline_data(...)` settings.
+      **offline_data: more `config.offline_data(...)` settings
+        (`dataset_num_iters_per_learner` is 1 by default with a local learner,
+        as RLlib requires one).
 
     Returns:
       `config`, set (`environment(observation_space=..., action_space=...)` and
@@ -252,7 +255,17 @@ def offline_config(
     observation_space = observation_space or config.observation_space
     action_space = action_space or config.action_space
     observation_space, action_space, _ = export_spaces(reader, observation_space, action_space)
+    dtype = getattr(action_space, "dtype", None)
+    if type(action_space).__name__ == "Box" and dtype is not None and dtype.kind in "iu":
+        raise SpecError(
+            f"steps/action: integer actions with no recorded space read as {action_space}, "
+            "which RLlib's models refuse; pass action_space=gymnasium.spaces.Discrete(n) "
+            "(or MultiDiscrete)"
+        )
     config = config.environment(observation_space=observation_space, action_space=action_space)
+    if config.num_learners == 0 and config.dataset_num_iters_per_learner is None:
+        # RLlib requires it with a local learner; one batch per train() call is its usual value.
+        offline_data.setdefault("dataset_num_iters_per_learner", 1)
     return config.offline_data(
         input_=[os.fspath(path)],
         offline_data_class=RLDSOfflineData,
