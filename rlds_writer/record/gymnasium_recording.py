@@ -19,7 +19,8 @@ import numpy as np
 from rlds_writer.errors import StepValueError
 from rlds_writer.record import spaces as spaces_lib
 from rlds_writer.record import step_kernel
-from rlds_writer.record.recorder import Recorder, user_fn_result
+from rlds_writer.record.recorder import Recorder
+from rlds_writer.record.values import user_fn_result
 
 if TYPE_CHECKING:
     from etils import epath

@@ -47,21 +47,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
-def user_fn_result(fn_name: str, result: Any, field: str) -> Mapping[str, Any] | None:
-    """Returns what a user's `step_fn`/`episode_fn` gave, refusing anything but a dict or None.
-
-    Args:
-      fn_name: the option's name, for the message (`step_fn`, `episode_fn`).
-      result: what the function returned.
-      field: the feature path the values go to, for the message.
-    """
-    if result is None or isinstance(result, Mapping):
-        return result
-    raise StepValueError(
-        field, f"{fn_name} must return a dict or None, got {type(result).__name__} {result!r:.60}"
-    )
-
-
 def _env_end(terminated: bool) -> str:
     return end_reasons.TERMINATED if terminated else end_reasons.TRUNCATED
 

@@ -4,7 +4,8 @@ Every column of the episode buffer (`record.columns`) and the episode-level
 metadata go through `cast_value`; what it refuses raises `StepValueError`
 naming the field, what was expected and what arrived. A numpy array must
 have the feature's exact dtype and shape; anything else goes through
-`np.array(value, dtype)`, as TFDS's own encoder does.
+`np.array(value, dtype)`, as TFDS's own encoder does. What a user's
+`step_fn`/`episode_fn` returns is checked here too (`user_fn_result`).
 """
 
 from __future__ import annotations
@@ -122,3 +123,18 @@ def check_fallback(field: field_specs.FieldSpec, value: Any) -> Any:
                 )
         return value.copy()
     return value
+
+
+def user_fn_result(fn_name: str, result: Any, field: str) -> Mapping[str, Any] | None:
+    """Returns what a user's `step_fn`/`episode_fn` gave, refusing anything but a dict or None.
+
+    Args:
+      fn_name: the option's name, for the message (`step_fn`, `episode_fn`).
+      result: what the function returned.
+      field: the feature path the values go to, for the message.
+    """
+    if result is None or isinstance(result, Mapping):
+        return result
+    raise StepValueError(
+        field, f"{fn_name} must return a dict or None, got {type(result).__name__} {result!r:.60}"
+    )

@@ -20,7 +20,7 @@ from rlds_writer.record.appender import StepBody, compile_source
 from rlds_writer.record.config import env_config
 from rlds_writer.record.dm_env.backend import TFDSBackendWriter
 from rlds_writer.record.episode import other_thread_error
-from rlds_writer.record.recorder import user_fn_result
+from rlds_writer.record.values import user_fn_result
 from rlds_writer.store.dataset import json_values
 from rlds_writer.store.episodes import interrupts
 from rlds_writer.store.features import end_reasons, feature_defs

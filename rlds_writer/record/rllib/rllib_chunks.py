@@ -18,7 +18,8 @@ from etils import epath
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record import spaces as spaces_lib
-from rlds_writer.record.recorder import ZERO, Recorder, user_fn_result
+from rlds_writer.record.recorder import ZERO, Recorder
+from rlds_writer.record.values import user_fn_result
 
 _log = logging.getLogger(__name__)
 
