@@ -30,7 +30,9 @@ import numpy as np
 
 import rlds_writer  # noqa: F401 - TensorFlow RTLD_LOCAL before RLlib and torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "record"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "record", "rllib")
+)
 from rllib_cluster_child import _start_moto, _start_nodes, _wait_for_port  # noqa: E402
 
 _COUNTER = "rlds-offline-counter"
