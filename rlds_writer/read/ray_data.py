@@ -207,7 +207,7 @@ class RLDSDatasource(Datasource):
                         "next_step_metadata/..., episode_index and step"
                     )
             if not any(wanted_by(key, field) for key in keys):
-                if head_is_optional(column):
+                if _optional_column(column):
                     continue  # reward or discount: transitions fill them in
                 raise ValueError(
                     f"column {column!r}: the dataset has no field {field!r} (it has "
@@ -275,7 +275,7 @@ class RLDSDatasource(Datasource):
             yield group, first, int(group_bytes)
 
 
-def head_is_optional(column: str) -> bool:
+def _optional_column(column: str) -> bool:
     return column in ("reward", "discount")
 
 
