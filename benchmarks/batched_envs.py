@@ -176,10 +176,10 @@ def _envpool_case(task: str, num_envs: int, steps: int, workdir: str) -> tuple[f
 
 
 _PEAK = """
-import resource, sys, tempfile, warnings
+import sys, tempfile
 sys.path.insert(0, {root!r})
 import gymnasium as gym, numpy as np
-n, steps, record = 4096, 1000, {record}
+n, steps, record = 4096, {steps}, {record}
 env = gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="vector_entry_point")
 if record:
     from rlds_writer import RecordRLDSVector
@@ -189,19 +189,51 @@ env.reset(seed=0)
 for t in range(steps):
     env.step(actions[t % 64])
 env.close()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec (this process would
+# report its parent's peak, the benchmark's, with torch and TensorFlow loaded).
+print([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1])
 """
 
 
-def _peak_rss_mib(record: bool) -> float:
+def _peak_rss_mib(record: bool, steps: int) -> float:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run(
-        [sys.executable, "-c", _PEAK.format(root=root, record=record)],
+        [sys.executable, "-c", _PEAK.format(root=root, record=record, steps=steps)],
         check=True,
         capture_output=True,
         text=True,
     )
     return int(out.stdout.split()[-1]) / 1024
+
+
+MEMORY_SECTION = "## Batched envs: peak memory"
+
+
+def _memory_section(args: argparse.Namespace) -> None:
+    rows = []
+    for steps in (250, 1000):
+        bare, recorded = _peak_rss_mib(False, steps), _peak_rss_mib(True, steps)
+        rows.append(f"| {steps} | {bare:.0f} | {recorded:.0f} | +{recorded - bare:.0f} |")
+    command = " ".join(["python benchmarks/batched_envs.py", *sys.argv[1:]])
+    text = "\n".join(
+        [
+            MEMORY_SECTION,
+            "",
+            f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `{command}` "
+            "(a machine shared with other work). Peak resident memory (VmHWM) of a process "
+            "stepping N = 4096 CartPole sub-envs (Gymnasium's native vector env), bare and "
+            "recorded with `RecordRLDSVector`: the recorder's part is the ring (32 MiB by "
+            "default), the episodes that end on one step and the writer's queue; it does not "
+            "grow with the number of steps.",
+            "",
+            "| vector steps | bare MiB | recorded MiB | recording MiB |",
+            "|---|---|---|---|",
+            *rows,
+        ]
+    )
+    if args.report:
+        write_section(args.report, MEMORY_SECTION, text + "\n")
+    print(text)
 
 
 def main() -> None:
@@ -210,9 +242,16 @@ def main() -> None:
     parser.add_argument("--sub-env-steps", type=int, default=200_000)
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
     parser.add_argument("--skip-envpool", action="store_true")
+    parser.add_argument(
+        "--memory-only", action="store_true", help="only the peak memory (its own section)"
+    )
     add_report_argument(parser)
     args = parser.parse_args()
 
+    if args.memory_only:
+        _memory_section(args)
+        return
+    load = os.getloadavg()[0]
     times = {(n, v): [] for n in args.sizes for v in VARIANTS}
     workdir = tempfile.mkdtemp(prefix="rlds_batched_")
     try:
@@ -237,7 +276,6 @@ def main() -> None:
                     bare = statistics.median(b for b, _ in runs) / (1000 * n)
                     rec = statistics.median(r for _, r in runs) / (1000 * n)
                     envpool_rows.append((task, n, bare, rec))
-        peak_bare, peak_rec = _peak_rss_mib(False), _peak_rss_mib(True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -252,8 +290,9 @@ def main() -> None:
         "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `{command}` on "
         f"{os.cpu_count()} cores, Python {platform.python_version()}, on a machine shared "
-        "with other work at the time (load average 5-9 on 2 cores: every figure is noisy, "
-        "the bare env itself ran 2-5x slower than on an idle machine). Gymnasium's native "
+        f"with other work at the time (load average {load:.0f} at the start, "
+        f"{os.getloadavg()[0]:.0f} at the end, on 2 cores: every figure is noisy, wall "
+        "times most). Gymnasium's native "
         "vector CartPole, the same random actions for every variant, medians of "
         f"{args.repetitions} interleaved repetitions of about {args.sub_env_steps} sub-env "
         "steps each (100-5000 vector steps), each run from its recorder's creation to "
@@ -284,12 +323,6 @@ def main() -> None:
         ]
         for task, n, bare, rec in envpool_rows:
             lines.append(f"| {task} | {n} | {ns(bare)} | {ns(rec)} | {(rec - bare) / bare:.2f}x |")
-    lines += [
-        "",
-        f"Peak memory (max RSS) of N = 4096 CartPole, 1000 vector steps: bare {peak_bare:.0f} "
-        f"MiB, recorded {peak_rec:.0f} MiB (+{peak_rec - peak_bare:.0f} MiB: the ring, "
-        "the episodes in flight and the writer's queue; it does not grow with the steps).",
-    ]
     text = "\n".join(lines) + "\n"
     if args.report:
         write_section(args.report, SECTION, text)
