@@ -211,6 +211,9 @@ class DatasetWriter:
         if (
             self._inline
             and size < _INLINE_BELOW
+            # A batch of episodes goes to the writer thread: one hand-over per
+            # vector step, and its encoding then overlaps the env's next steps.
+            and type(episode) is not EpisodeBatch
             and not self._queue.queue
             and self._shards.room_inline(split)
             and self._io_lock.acquire(blocking=False)
