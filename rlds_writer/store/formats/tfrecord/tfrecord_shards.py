@@ -14,6 +14,7 @@ Shards on object storage go through `store.storage.storage` (uploaded whole at c
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,10 @@ from rlds_writer.store.storage.object_path import as_path
 
 if TYPE_CHECKING:
     from etils import epath
+
+
+# A write refused for room: zeros written ahead may hold it (`_room_from_zeros`).
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 
 
 class TFRecordShardWriter:
@@ -83,7 +88,12 @@ class TFRecordShardWriter:
             if end > self._check_at:
                 left = None if self.max_records is None else self.max_records - self.num_records
                 self._check_at = self._ahead.before(self._end, end, left)
-            storage.writev_all(self._fd, [header, *parts, footer], total)
+            try:
+                storage.writev_all(self._fd, [header, *parts, footer], total)
+            except OSError as error:
+                if not self._room_from_zeros(error):
+                    raise
+                storage.writev_all(self._fd, [header, *parts, footer], total)
             self._end = end
         else:
             self._f.write_parts([header, *parts, footer])
@@ -98,12 +108,30 @@ class TFRecordShardWriter:
             if end > self._check_at:
                 left = None if self.max_records is None else self.max_records - self.num_records
                 self._check_at = self._ahead.before(self._end, end, left)
-            storage.writev_all(self._fd, [framed], total)
+            try:
+                storage.writev_all(self._fd, [framed], total)
+            except OSError as error:
+                if not self._room_from_zeros(error):
+                    raise
+                storage.writev_all(self._fd, [framed], total)
             self._end = end
         else:
             self._f.write_parts([framed])
         self.num_records += count
         self.num_bytes += data_bytes
+
+    def _room_from_zeros(self, error: OSError) -> bool:
+        """After a write refused for room: True if zeros written ahead may have
+        taken it and are cut now (the file and its position back at the records'
+        end, writing ahead stopped), so the write is tried once more."""
+        if error.errno not in _NO_ROOM or self._ahead is None:
+            return False
+        self._check_at = write_ahead.NEVER
+        if not self._ahead.give_back(self._end):
+            return False
+        # The failed write may have moved the position past part of the record.
+        os.lseek(self._fd, self._end, os.SEEK_SET)
+        return True
 
     def flush(self) -> None:
         """Hands everything written so far to the OS (and to the disk with fsync)."""

@@ -12,6 +12,12 @@ of zeros follow its last record; `WriteAhead.cut` removes them before the
 shard is closed, so a listed shard holds its records only. A process killed
 meanwhile leaves them (or a record torn into them), which
 `store.formats.tfrecord.tfrecord.scan` reports as the crash's tail and `recover` cuts.
+
+On a nearly full disk the zeros can take the last free pages while a record
+that claimed the bytes before them is not written yet (its pages are still a
+hole: the zeros start at its end). Its write then fails for room it would
+have had without the zeros, so the shard calls `give_back` and writes it once
+more: zeros never cost a record that fits without them.
 """
 
 from __future__ import annotations
@@ -139,6 +145,20 @@ class WriteAhead:
         if self._past_records:
             os.ftruncate(self._fd, end)
             self._past_records = False
+
+    def give_back(self, end: int) -> bool:
+        """Stops writing ahead for good and cuts the zeros past `end`, where the
+        records end, after a write failed for room (ENOSPC, EDQUOT).
+
+        Returns:
+          True if zeros may have held the room and were cut (the file ends at
+          `end` now): the write may succeed once more. False if none were
+          written, or the cut failed.
+        """
+        if self._zeros is None and not self._past_records:
+            return False
+        self._stop(end)
+        return not self._past_records
 
     def _stop(self, start: int) -> None:
         zeros, self._zeros = self._zeros, None

@@ -10,6 +10,7 @@ crash tail: the scan names it and `recover` cuts it, keeping every record.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -26,6 +27,7 @@ import rlds_writer
 from rlds_writer.envs import Catch
 from rlds_writer.store.formats import shards
 from rlds_writer.store.formats.tfrecord import tfrecord, tfrecord_shards, write_ahead
+from rlds_writer.store.storage import storage
 
 PAGE = 4096
 
@@ -238,7 +240,13 @@ def test_a_disk_too_full_for_the_zeros_stops_writing_ahead_and_loses_nothing(sma
     for _ in range(10):  # past WRITE_AHEAD_FROM: the zeros fill the disk
         writer.write(record)
     if zeros_on == "thread":
-        _wait_for(lambda: os.statvfs(small_disk).f_bavail == 0)
+        # The zeros fill the disk; or, when the thread took the last pages
+        # before a record that claimed them was written, that record was
+        # refused, the zeros were cut and writing ahead stopped already (the
+        # next test makes that order certain).
+        _wait_for(
+            lambda: os.statvfs(small_disk).f_bavail == 0 or writer._check_at == write_ahead.NEVER
+        )
         for _ in range(4):  # records into the zeros: the thread wants more, and fails
             writer.write(record)
         time.sleep(0.1)
@@ -249,6 +257,67 @@ def test_a_disk_too_full_for_the_zeros_stops_writing_ahead_and_loses_nothing(sma
     writer.close()
     assert os.path.getsize(path) == 30 * frame
     assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 30
+
+
+def test_a_record_that_fits_without_the_zeros_is_written_when_they_took_the_last_pages(
+    tmp_path, small_disk, zeros_on, monkeypatch
+):
+    # The first record that writes ahead claims its bytes, and the zeros start
+    # at its end: until the record is written its pages are a hole. Here the
+    # zeros take exactly the disk's last free pages first (the thread is waited
+    # for; the zeros of the recording thread come first anyway), so the record
+    # is refused room it has without them: the shard cuts the zeros and writes
+    # it once more. Before, it failed with ENOSPC (about 1 run in 5 under load).
+    record = b"\x0a" + bytes(range(256)) * 40
+    frame = len(record) + tfrecord.FRAMING
+    first = -(-write_ahead.WRITE_AHEAD_FROM // frame)  # the first record writing ahead
+    assert first * frame % PAGE and frame > 2 * PAGE  # it leaves a hole of whole pages
+
+    # Where its zeros end: the same writes on a roomy disk.
+    roomy = tfrecord_shards.TFRecordShardWriter(epath.Path(tmp_path / "roomy"))
+    with monkeypatch.context() as patch:
+        patch.setattr(write_ahead, "ZeroAhead", None)
+        for _ in range(first + 1):
+            roomy.write(record)
+        zeros_end = os.path.getsize(tmp_path / "roomy")
+        roomy.close()
+    assert zeros_end > (first + 1) * frame
+
+    path = small_disk / "shard"
+    writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
+    for _ in range(first):
+        writer.write(record)
+    # Free pages: exactly those the zeros take, from the page holding the record's end.
+    zeros_pages = -(-zeros_end // PAGE) - (first + 1) * frame // PAGE
+    free = os.statvfs(small_disk).f_bavail
+    assert free > zeros_pages + 8
+    with open(small_disk / "filler", "wb") as f:
+        f.write(bytes((free - zeros_pages) * PAGE))
+    assert os.statvfs(small_disk).f_bavail == zeros_pages
+
+    real_writev_all = storage.writev_all
+    refused = []
+
+    def writev_all(fd, parts, total):
+        if writer._ahead._zeros is not None and not refused:
+            _wait_for(lambda: os.statvfs(small_disk).f_bavail == 0)  # the zeros took it all
+            try:
+                return real_writev_all(fd, parts, total)
+            except OSError as error:
+                refused.append(error.errno)
+                raise
+        return real_writev_all(fd, parts, total)
+
+    monkeypatch.setattr(storage, "writev_all", writev_all)
+    writer.write(record)
+    assert refused == [errno.ENOSPC]  # the zeros did take the record's room
+    assert writer._check_at == write_ahead.NEVER  # and writing ahead stopped for good
+    assert os.path.getsize(path) == (first + 1) * frame  # the zeros are cut
+    for _ in range(4):  # the room they held is the records' again
+        writer.write(record)
+    writer.close()
+    assert os.path.getsize(path) == (first + 5) * frame
+    assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * (first + 5)
 
 
 @pytest.mark.skipif(
