@@ -17,7 +17,6 @@ Gymnasium to RLDS is `RecordRLDS`'s (`record/gymnasium/gymnasium_wrapper.py`).
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -59,9 +58,6 @@ def _items(values: Any) -> Any:
 
 
 _FINAL_KEYS = ("final_obs", "final_info")
-# The info of a recording that records nothing from it (no step or episode
-# metadata): never read, so never built per sub-env and step.
-_UNREAD: Mapping[str, Any] = {}
 
 
 class RecordRLDSVector(gymnasium.vector.VectorWrapper):
@@ -107,9 +103,6 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
             data_directory,
             {**kwargs, "metadata": metadata},
         )
-        recording = self._recording
-        self._reads_info = recording.has_step_metadata or recording.episode_fn is not None
-        self._plain_rewards = recording.default_reward and not self._reads_info
         # Per sub-env, as Python lists: numpy's scalar reads and writes cost
         # more than the rest of a sub-env's step.
         n = env.num_envs
@@ -117,11 +110,8 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         self._autoreset = [False] * n
         # Each sub-env's step adder, bound to its open episode (`Recording.step_adder`);
         # None outside one and after a refused value: the general path handles both.
+        # No C step (`record.step_kernel`) here: a user function sees every step.
         self._adders: list[Callable[..., None] | None] = [None] * n
-        # And its C step (`record.step_kernel`), where the recording can take
-        # one: `record(action, result)` for the sub-env's mid-episode steps.
-        self._kernels: list[Any] = [None] * n
-        self._afters = [_after_of(self, i) for i in range(n)]
         # `iterate`'s implementations for the two spaces, looked up once, not
         # through its dispatch at every step.
         self._iterate_obs = iterate.dispatch(type(env.observation_space))
@@ -157,19 +147,10 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         self._step_index[i] = 0
         self._recording.begin(i, obs_i, info_i)
         self._adders[i] = self._recording.step_adder(i)
-        # Used through `record(action, result)` only, which never calls the env's step.
-        self._kernels[i] = self._recording.step_kernel(i, self.env.step, self._afters[i])
 
     def _unbind(self, i: int) -> None:
         """Sub-env `i`'s steps go the general way: outside an episode, or after it ended."""
-        self._adders[i] = self._kernels[i] = None
-
-    def _after(self, i: int, action: Any, result: Any) -> Any:
-        """Records a result of sub-env `i` that its C step did not take as it is."""
-        obs, reward, terminated, truncated, info = result
-        adder = self._adders[i] or functools.partial(self._recording.add, i)
-        adder(self._step_index[i], action, obs, reward, terminated, truncated, info)
-        return result
+        self._adders[i] = None
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
@@ -182,13 +163,12 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         # every sub-env is recorded, then the first error is raised.
         first_error = None
         # Python scalars read faster than numpy's, one sub-env at a time; the
-        # caller gets the env's own arrays back. Rewards only where nothing
-        # but `float(reward)` is stored from them (no user function sees them).
+        # caller gets the env's own arrays back. Rewards stay as the env gave
+        # them: the user functions see them.
         terms, truncs = _items(terminations), _items(truncations)
-        rewards_i = _items(rewards) if self._plain_rewards else rewards
         for i, (obs_i, action_i) in enumerate(zip(observations, action_items)):
             try:
-                self._record_sub_env(i, obs_i, action_i, rewards_i[i], terms[i], truncs[i], infos)
+                self._record_sub_env(i, obs_i, action_i, rewards[i], terms[i], truncs[i], infos)
             except StepValueError as e:
                 first_error = first_error or e
         if first_error is not None:
@@ -199,7 +179,7 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         self, i: int, obs_i: Any, action_i: Any, reward: Any, term: Any, trunc: Any, infos: Any
     ) -> None:
         recording = self._recording
-        info_i = _env_info(infos, i) if self._reads_info else _UNREAD
+        info_i = _env_info(infos, i)
         if self._autoreset[i]:
             # next_step mode: this step reset sub-env i; its action was ignored.
             self._autoreset[i] = False
@@ -214,14 +194,6 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         terminated, truncated = bool(term), bool(trunc)
         done = terminated or truncated
         step_index = self._step_index[i] = self._step_index[i] + 1
-        kernel = self._kernels[i]
-        if kernel is not None and not done:
-            try:
-                kernel.record(action_i, (obs_i, reward, False, False, info_i))
-            except BaseException:
-                self._unbind(i)  # cut short: its next steps go the general way
-                raise
-            return
         if done:
             self._unbind(i)  # the episode ends with this step
         if done and self._mode == AutoresetMode.SAME_STEP:
@@ -263,14 +235,3 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
             self._recording.recorder.close()
         finally:
             self.env.close(**kwargs)
-
-
-def _after_of(wrapper: RecordRLDSVector, i: int) -> Callable[[Any, Any], Any]:
-    """`wrapper._after` for sub-env `i`, holding the wrapper weakly: the C steps
-    it goes into must not keep the wrapper alive."""
-    ref = weakref.ref(wrapper)
-
-    def after(action: Any, result: Any) -> Any:
-        return ref()._after(i, action, result)
-
-    return after
