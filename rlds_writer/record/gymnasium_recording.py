@@ -353,30 +353,41 @@ class Recording:
         )
 
 
-def new_recording(
-    observation_space: Any, action_space: Any, data_directory: Any, kwargs: dict[str, Any]
-) -> Recording:
-    options = {
-        "name": "rlds_dataset",
-        "ds_config": None,
-        "info_keys": (),
-        "info_defaults": None,
-        "step_fn": None,
-        "episode_fn": None,
-        "step_metadata_info": None,
-        "episode_metadata_info": None,
-        "discount": False,
-        "observation_info": None,
-        "action_info": None,
-        "reward_info": None,
-        "image_encoding": spaces_lib.DEFAULT_IMAGE_ENCODING,
-        "jpeg_quality": spaces_lib.DEFAULT_JPEG_QUALITY,
-        "split": "train",
-        "metadata": None,
-    }
+# The recording options of `OPTIONS_DOC` and their defaults; the rest of a
+# wrapper's keyword arguments go to the writer.
+OPTIONS: Mapping[str, Any] = {
+    "name": "rlds_dataset",
+    "ds_config": None,
+    "info_keys": (),
+    "info_defaults": None,
+    "step_fn": None,
+    "episode_fn": None,
+    "step_metadata_info": None,
+    "episode_metadata_info": None,
+    "discount": False,
+    "observation_info": None,
+    "action_info": None,
+    "reward_info": None,
+    "image_encoding": spaces_lib.DEFAULT_IMAGE_ENCODING,
+    "jpeg_quality": spaces_lib.DEFAULT_JPEG_QUALITY,
+    "split": "train",
+    "metadata": None,
+}
+
+
+def take_options(kwargs: dict[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """`defaults` with the values given in `kwargs`, popped from it (the rest: the writer's)."""
+    options = dict(defaults)
     for key in list(kwargs):
         if key in options:
             options[key] = kwargs.pop(key)
+    return options
+
+
+def new_recording(
+    observation_space: Any, action_space: Any, data_directory: Any, kwargs: dict[str, Any]
+) -> Recording:
+    options = take_options(kwargs, OPTIONS)
     return Recording(
         observation_space, action_space, data_directory, writer_kwargs=kwargs, **options
     )

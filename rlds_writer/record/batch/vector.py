@@ -28,26 +28,15 @@ from rlds_writer.errors import StepValueError
 from rlds_writer.record import spaces as spaces_lib
 from rlds_writer.record.batch.arrays import host_array
 from rlds_writer.record.batch.core import BatchRecorder
-from rlds_writer.record.gymnasium_recording import action_caster
+from rlds_writer.record.gymnasium_recording import OPTIONS, action_caster, take_options
 from rlds_writer.store.writing.dataset_setup import check_mode
 
 NEXT_STEP, SAME_STEP, DISABLED = "NextStep", "SameStep", "Disabled"
 
+# The wrappers' options less the per-sub-env functions it does not take
+# (`split_options`), plus the ring's size.
 _OPTIONS = {
-    "name": "rlds_dataset",
-    "ds_config": None,
-    "info_keys": (),
-    "info_defaults": None,
-    "step_metadata_info": None,
-    "episode_metadata_info": None,
-    "discount": False,
-    "observation_info": None,
-    "action_info": None,
-    "reward_info": None,
-    "image_encoding": spaces_lib.DEFAULT_IMAGE_ENCODING,
-    "jpeg_quality": spaces_lib.DEFAULT_JPEG_QUALITY,
-    "split": "train",
-    "metadata": None,
+    **{k: v for k, v in OPTIONS.items() if k not in ("step_fn", "episode_fn")},
     "ring_bytes": None,
 }
 
@@ -76,10 +65,7 @@ class VectorRecording:
         kwargs: dict[str, Any],
         per_env: bool = False,
     ):
-        options = dict(_OPTIONS)
-        for key in list(kwargs):
-            if key in options:
-                options[key] = kwargs.pop(key)
+        options = take_options(kwargs, _OPTIONS)
         self.num_envs = num_envs
         self.mode = autoreset_mode
         self._path = data_directory
