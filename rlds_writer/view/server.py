@@ -57,7 +57,8 @@ _ROUTES = [
     (re.compile(rf"/api/episodes/{_ID}/next"), "next"),
     (re.compile(rf"/api/episodes/{_ID}/frames/{_ID}/{_ID}"), "frame"),
 ]
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+# At most 18 digits: a longer position is past any frame, and int() refuses 4,300+ digits.
+_RANGE = re.compile(r"bytes=(\d{0,18})-(\d{0,18})")
 
 
 def asset(name: str) -> bytes:

@@ -71,6 +71,18 @@ def _steps(nest: Any) -> int:
     return nest.shape[0] if nest.ndim else 0
 
 
+def _check_steps(nest: Any, path: str, steps: int) -> None:
+    """Every leaf of a `(T, N, ...)` input has the rollout's `T` steps (never broadcast or cut)."""
+    if isinstance(nest, dict):
+        for k, v in nest.items():
+            _check_steps(v, f"{path}/{k}", steps)
+        return
+    if nest.ndim < 2 or nest.shape[0] != steps:
+        raise StepValueError(
+            path, f"expected (T={steps}, N, ...) like terminated, got shape {tuple(nest.shape)}"
+        )
+
+
 def _row_feature(nest: Any, path: str, image_encoding: str, jpeg_quality: int) -> Any:
     """The feature of one sub-env's value, from sub-env 0 at step 0."""
     if isinstance(nest, dict):
@@ -184,6 +196,21 @@ class RolloutRecorder:
         finals = (
             _host(final_observation, "final_observation") if final_observation is not None else None
         )
+        # A reward, flag or metadata column of another length would be cut or broadcast
+        # silently (numpy): every column must have the rollout's T steps.
+        if truncs.shape != terms.shape:
+            raise StepValueError(
+                "truncated", f"expected bool{list(terms.shape)} like terminated, got {truncs.shape}"
+            )
+        for label, nest in (
+            ("steps/observation", obs),
+            ("steps/action", actions),
+            ("steps/reward", rewards),
+            ("final_observation", finals),
+            ("steps", meta),
+        ):
+            if nest is not None:
+                _check_steps(nest, label, steps)
         if self.core is None:
             if first_observation is None:
                 raise StepValueError(
@@ -212,6 +239,7 @@ class RolloutRecorder:
             )
         if discount is not None:
             discounts = host_array(discount, "steps/discount")
+            _check_steps(discounts, "steps/discount", steps)
         elif self.discount:
             discounts = (~terms).astype(np.float32)
         else:

@@ -154,6 +154,26 @@ def test_object_and_ragged_rollouts_are_refused_by_field(tmp_path):
     rec.close()
 
 
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("reward", lambda r: np.concatenate([r["reward"], r["reward"][:1]])),  # T + 1 rows
+        ("reward", lambda r: r["reward"][:-1]),  # T - 1 rows
+        ("reward", lambda r: np.float32(1.0)),  # a scalar
+        ("truncated", lambda r: np.zeros(N, bool)),  # (N,): numpy would broadcast it over T
+        ("final_observation", lambda r: r["final_observation"][:2]),
+    ],
+)
+def test_columns_of_another_length_than_t_are_refused_by_field(tmp_path, field, value):
+    # Numpy would cut or broadcast them silently: the episodes would get other steps' values.
+    first, rollouts = _two_rollouts()
+    bad = dict(rollouts[0], **{field: value(rollouts[0])})
+    rec = RolloutRecorder(tmp_path / "ds")
+    with pytest.raises(StepValueError, match=field):
+        rec.write(first_observation=first, **bad)
+    rec.close()
+
+
 def _as(kind: str, value: np.ndarray):
     if kind == "numpy":
         return value
