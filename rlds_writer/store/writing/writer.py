@@ -428,38 +428,29 @@ class DatasetWriter:
         if commit and time.monotonic() - self._last_commit >= self.commit_interval:
             self._commit()
 
-    def _keep_episode(self, split: str, episode: Episode) -> None:
-        """An episode handed over before a failure and queued: written to the open
-        shard of an object store's dataset (a local file, kept with the others at
-        close), never rotated nor committed; dropped elsewhere (counted)."""
-        if type(episode) is EpisodeBatch:
-            self._keep_batch(split, episode)
-            return
+    def _keep_episode(self, split: str, episode: Episode | EpisodeBatch) -> None:
+        """An episode (or a batch of them) handed over before a failure and queued:
+        written to the open shard of an object store's dataset (a local file, kept
+        with the others at close), never rotated nor committed; dropped elsewhere
+        (counted)."""
+        batch = type(episode) is EpisodeBatch
+        count = episode.count if batch else 1
         if not self._shards.remote:
-            self._dropped += 1
+            self._dropped += count
             return
         try:
-            parts, length = self.encoder.encode_parts(episode.columns, episode.episode_values)
-            self._shards.append(split, parts, length)
+            if batch:
+                buffer, starts, lengths = self.batch_encoder.encode(episode)
+                self._shards.append_records(split, buffer, starts, lengths)
+            else:
+                parts, length = self.encoder.encode_parts(episode.columns, episode.episode_values)
+                self._shards.append(split, parts, length)
             episode.release()
-            self.episodes_written += 1
+            self.episodes_written += count
         except Exception as e:  # noqa: BLE001 - the first error is the one raised
-            _log.error("could not keep an episode of %s after the failure: %r", self.path, e)
-            self._dropped += 1
-
-    def _keep_batch(self, split: str, batch: EpisodeBatch) -> None:
-        """`_keep_episode` for a batch of episodes."""
-        if not self._shards.remote:
-            self._dropped += batch.count
-            return
-        try:
-            buffer, starts, lengths = self.batch_encoder.encode(batch)
-            self._shards.append_records(split, buffer, starts, lengths)
-            batch.release()
-            self.episodes_written += batch.count
-        except Exception as e:  # noqa: BLE001 - the first error is the one raised
-            _log.error("could not keep episodes of %s after the failure: %r", self.path, e)
-            self._dropped += batch.count
+            what = "episodes" if batch else "an episode"
+            _log.error("could not keep %s of %s after the failure: %r", what, self.path, e)
+            self._dropped += count
 
     def _write_batch(self, split: str, batch: EpisodeBatch, commit: bool) -> None:
         """Writes a batch's episodes, their records encoded together, into shards as usual."""
