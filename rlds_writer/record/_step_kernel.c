@@ -1,5 +1,5 @@
 /*
- * The mid-episode step of `EnvLogger`, `RecordRLDS` and `RecordRLDSVector` in C (see
+ * The mid-episode step of `EnvLogger` and `RecordRLDS` in C (see
  * record/step_kernel.py).
  *
  * A `StepKernel` is called as `step(action)`. It steps the env and, when the
@@ -15,8 +15,9 @@
  * `after(action, result)`, the Python step without the env call, which
  * decides as always. So the kernel never refuses a value: it only takes the
  * common case faster, and stores what the Python step would. `record(action,
- * result)` does the same for a result the caller already has (a sub-env's
- * step of a vector env), without the env call.
+ * result)` does the same for a result the caller already has, without the
+ * env call (no caller in the package since `RecordRLDSVector` records whole
+ * batches on record/batch/).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -654,7 +655,7 @@ kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject
 }
 
 /* `record(action, result)`: the step without the env call, for a result the
- * caller already has (a sub-env's step of a vector env). */
+ * caller already has. */
 static PyObject *
 kernel_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {

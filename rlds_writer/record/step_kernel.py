@@ -1,4 +1,4 @@
-"""The mid-episode step of `EnvLogger`, `RecordRLDS` and `RecordRLDSVector` in C, where built.
+"""The mid-episode step of `EnvLogger` and `RecordRLDS` in C, where built.
 
 The generated Python step (`record.appender`, compiled into `EnvLogger.step`
 by `record.dm_env.env_logger`) spends most of what recording adds to a cheap env's step
