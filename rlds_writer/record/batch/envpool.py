@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_writer.errors import StepValueError
 from rlds_writer.record.batch.arrays import host_array
 from rlds_writer.record.batch.vector import NEXT_STEP, VectorRecording
 from rlds_writer.record.gymnasium_recording import OPTIONS_DOC
@@ -128,8 +129,27 @@ class RecordRLDSEnvPool:
         actions = host_array(action, "steps/action")
         if self._actions is None:
             self._actions = np.zeros((self.num_envs, *actions.shape[1:]), actions.dtype)
-        ids = slice(None) if env_id is None else host_array(env_id, "env_id").astype(np.int64)
+        ids = slice(None) if env_id is None else self._checked_ids(env_id, len(actions))
         self._actions[ids] = actions
+
+    def _checked_ids(self, env_id: Any, rows: int) -> np.ndarray:
+        # EnvPool aborts the process on an id out of range and steps a repeated id twice:
+        # both are refused here, before the pool sees them.
+        ids = host_array(env_id, "env_id")
+        if ids.dtype.kind not in "iu" or ids.shape != (rows,):
+            raise StepValueError(
+                "env_id",
+                f"expected int[{rows}] (one id per action row, from info['env_id']), "
+                f"got {ids.dtype}{list(ids.shape)}",
+            )
+        ids = ids.astype(np.int64, copy=False)
+        if rows and (ids.min() < 0 or ids.max() >= self.num_envs):
+            raise StepValueError(
+                "env_id", f"expected ids in 0..{self.num_envs - 1}, got {ids.min()}..{ids.max()}"
+            )
+        if len(np.unique(ids)) != rows:
+            raise StepValueError("env_id", f"expected distinct ids, got {ids.tolist()[:16]}")
+        return ids
 
     def _env_ids(self, info: Any, rows: int) -> np.ndarray:
         ids = info.get("env_id") if hasattr(info, "get") else None

@@ -99,3 +99,24 @@ def test_envpool_async_send_recv_records_every_sub_env_episode(tmp_path):
         env.send(actions, ids)
     env.close()
     _check(tmp_path / "ds", ref.episodes())
+
+
+@pytest.mark.parametrize(
+    "env_id, message",
+    [
+        ([0, 0, 1], "distinct"),  # EnvPool would step sub-env 0 twice
+        ([0, 1, N], "ids in 0"),
+        ([-1, 0, 1], "ids in 0"),  # EnvPool aborts the process on this one
+        ([0.0, 1.0, 2.0], "expected int"),
+        ([0, 1], "expected int"),
+    ],
+)
+def test_bad_env_ids_are_refused_before_envpool_sees_them(tmp_path, env_id, message):
+    from rlds_writer.errors import StepValueError
+
+    env = _make(tmp_path / "ds", batch_size=3)
+    env.async_reset()
+    env.recv()
+    with pytest.raises(StepValueError, match=f"env_id.*{message}"):
+        env.send(np.zeros(3, np.int32), np.array(env_id))
+    env.close()
