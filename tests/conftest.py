@@ -37,9 +37,10 @@ def pytest_collection_modifyitems(items):
 def ray_session():
     """One Ray instance for every RLlib test; runner processes import env classes from tests/."""
     ray = pytest.importorskip("ray")
-    # Test modules (which define the envs) are imported from their own folder.
+    # Test modules (which define the envs) are imported from their own folder, at
+    # any depth (tests/record/rllib/ mirrors rlds_writer/record/rllib/).
     folders = [str(TESTS)] + [
-        str(p) for p in sorted(TESTS.iterdir()) if p.is_dir() and p.name.isalpha()
+        str(p) for p in sorted(TESTS.rglob("*")) if p.is_dir() and p.name.isalpha()
     ]
     path = os.pathsep.join(folders + [p for p in (os.environ.get("PYTHONPATH"),) if p])
     ray.init(
