@@ -110,7 +110,9 @@ def test_an_open_shard_has_zeros_after_its_records_and_close_cuts_them(tmp_path,
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         f.seek(written)
-        assert f.read().count(0) == size - written
+        ahead = f.read()
+    # The zeros thread may write more between the size and the read: all of it zeros.
+    assert len(ahead) >= size - written and ahead.count(0) == len(ahead)
     writer.close()
     assert os.path.getsize(path) == written
     assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 20
