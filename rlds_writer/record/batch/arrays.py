@@ -6,7 +6,7 @@ with `__dlpack__`/`__array__`. `host_array` makes one numpy array of the whole
 batch: a CPU tensor is viewed without a copy, a CUDA tensor or a JAX array on
 an accelerator is copied to the host once per batch (never once per
 sub-env). Nothing here imports torch or JAX: a value is recognised by its type's
-module.
+module (a torch tensor, subclasses included, by `torch.Tensor` once torch is loaded).
 
 `check_batch` then holds it against the field: a leading axis of the batch's
 size, the field's shape after it, and a dtype the field takes (the same, or a
@@ -17,6 +17,7 @@ step, naming the field.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,12 @@ from rlds_writer.store.features import field_specs
 
 def _module(value: Any) -> str:
     return type(value).__module__.split(".", 1)[0]
+
+
+def _is_torch(value: Any) -> bool:
+    """A torch tensor, subclasses included (torch is loaded if one exists)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 def host_array(value: Any, path: str) -> np.ndarray:
@@ -43,7 +50,7 @@ def host_array(value: Any, path: str) -> np.ndarray:
     """
     if type(value) is np.ndarray:
         arr = value
-    elif _module(value) == "torch":
+    elif _is_torch(value):
         tensor = value.detach()
         if tensor.device.type != "cpu":
             tensor = tensor.cpu()  # the batch's one device-to-host copy

@@ -27,6 +27,7 @@ import numpy as np
 
 from rlds_writer.errors import StepValueError, UnsupportedFeatureError, WriterClosedError
 from rlds_writer.record.batch.arrays import check_batch, host_array
+from rlds_writer.record.batch.frames import POSITION, BatchFrames, streamable
 from rlds_writer.record.batch.ring import (
     DEFAULT_RING_BYTES,
     OBSERVATION_LIKE,
@@ -119,8 +120,20 @@ class BatchRecorder:
             self.writer.close()
             raise
         self._per_env = per_env
+        # PNG/JPEG observations are encoded as they come, on the encoding
+        # threads (`frames.py`); the ring keeps where each frame's bytes will be.
+        streamed = [f for f in self._fields if streamable(f.spec, f.role)]
+        self._frames = None
+        ring_fields = self._fields
+        if streamed and self.writer.image_workers > 0:
+            self._frames = BatchFrames([f.spec for f in streamed], self.writer.image_workers)
+            ring_fields = [
+                g
+                for f in self._fields
+                for g in (self._frames.ring_fields(f) if f in streamed else [f])
+            ]
         self._ring = TimeRing(
-            self._fields, num_envs, chunk_steps(self._fields, num_envs, ring_bytes), per_env
+            ring_fields, num_envs, chunk_steps(ring_fields, num_envs, ring_bytes), per_env
         )
         # By index: 0 terminated, 1 truncated, 2 cut short.
         self._reason_values = [
@@ -204,6 +217,8 @@ class BatchRecorder:
         )
         picked = np.flatnonzero(mask)
         envs = picked if ids is None else ids[picked]
+        if self._frames is not None:
+            self._frames.encode(values, picked, rows)
         reopen = envs[self._ring.open[envs]]
         if len(reopen):
             self._end_envs(reopen, False, cut_short=True)
@@ -246,6 +261,9 @@ class BatchRecorder:
             reward=reward,
             discount=discount,
         )
+        if self._frames is not None:  # the frames of the sub-envs in an episode
+            recorded = self._ring.open if ids is None else self._ring.open[ids]
+            self._frames.encode(values, np.flatnonzero(recorded), len(recorded))
         if ids is None:
             self._ring.write(values)
         else:
@@ -265,8 +283,12 @@ class BatchRecorder:
             if group not in sources:
                 continue
             for path, field in leaves:
-                value = _pick(sources[group], path, field.key)
-                ring.ring[field.key][row, i] = cast_single(field.spec, value)
+                value = cast_single(field.spec, _pick(sources[group], path, field.key))
+                if self._frames is not None and field.key in self._frames.specs:
+                    ring.ring[field.key][row, i] = self._frames.encode_one(field.key, value)
+                    ring.ring[field.key + POSITION][row, i] = 0
+                else:
+                    ring.ring[field.key][row, i] = value
 
     def end(
         self,
@@ -315,14 +337,19 @@ class BatchRecorder:
             if self._batched:
                 write(EpisodeBatch(columns, offsets, steps, reasons, self._reason_values), split)
             else:
+                frames = self._frames
                 for j, (lo, n) in enumerate(zip(offsets.tolist(), steps.tolist())):
                     values = dict(self._reason_values[reasons[j]])
                     episode = {key: column[lo : lo + n] for key, column in columns.items()}
+                    if frames is not None:
+                        frames.episode_columns(episode)
                     write(Episode(episode, values, n), split)
         for i, n, columns in apart:
             ended = by_env[i]
             reason = 2 if cut_short else (0 if ended else 1)
             columns.update(self._layout.flags(n, ended))
+            if self._frames is not None:
+                self._frames.episode_columns(columns)
             write(Episode(columns, dict(self._reason_values[reason]), n), split)
 
     def _add_flags(

@@ -209,7 +209,7 @@ class TimeRing:
             key = field.key
             parts = [*spilled[key], self.ring[key][rows, i]]
             if field.role == OBSERVATION_LIKE:
-                parts.insert(0, self.heads[key][i][None])
+                parts.insert(0, self.heads[key][i : i + 1])
             else:
                 zero = np.empty((1, *field.spec.shape), field.spec.dtype)
                 zero[0] = field.zero

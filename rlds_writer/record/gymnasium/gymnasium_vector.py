@@ -16,6 +16,7 @@ Gymnasium to RLDS is `RecordRLDS`'s (`record/gymnasium/gymnasium_wrapper.py`).
 
 from __future__ import annotations
 
+import _thread
 import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from gymnasium.vector.utils import iterate
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.batch.vector import VectorRecording, split_options
+from rlds_writer.record.episode import other_thread_error
 from rlds_writer.record.gymnasium_recording import OPTIONS_DOC, env_id, new_recording
 from rlds_writer.record.recorder import Recorder
 from rlds_writer.store.episodes import interrupts
@@ -83,6 +85,7 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
             **dict(kwargs.pop("metadata", None) or {}),
         }
         self._closed = False
+        self._owner = 0  # the thread of the last reset; another's steps are refused
         # Whole batches, one call per vector step, unless a user function
         # must see each sub-env's step.
         self._batch: VectorRecording | None = None
@@ -132,6 +135,7 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         # Read the mask first: the vector env pops it from `options`.
         mask = (options or {}).get("reset_mask")
         obs, infos = self.env.reset(seed=seed, options=options)
+        self._owner = _thread.get_ident()
         if self._batch is not None:
             self._batch.reset(obs, infos, mask)
             return obs, infos
@@ -153,6 +157,8 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         self._adders[i] = None
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        if self._owner != _thread.get_ident() and self._owner:
+            raise other_thread_error()  # before the env is touched
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
         if self._batch is not None:
             self._batch.step(actions, obs, rewards, terminations, truncations, infos)

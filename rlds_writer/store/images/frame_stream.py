@@ -174,6 +174,22 @@ class FrameStream:
             self._pos = slot
 
 
+def submit_frames(codec: FrameCodec, frames: Any, threads: int) -> _Batch:
+    """Hands frames (a sequence: `frames[i]` is what `codec.encode` takes) to the threads.
+
+    For frames already copied out of the caller's buffers (a batched env's
+    frames of one step): no ring slot, no copy here. Returns the batch; its
+    frame `i` is the entry `(batch, i)` of an `EncodedFrames`.
+    """
+    batch = _Batch(frames)
+    batch.slots = range(len(frames))  # type: ignore[assignment]
+    try:
+        _threads(threads).put((codec, batch))
+    except RuntimeError:  # no new thread at interpreter exit: encode here
+        _encode(codec, batch)
+    return batch
+
+
 def other(value: Any) -> _Other:
     """The entry of a value TFDS also takes for an image, encoded when written."""
     return _Other(value)
@@ -185,6 +201,7 @@ def _encode(codec: FrameCodec, batch: _Batch) -> None:
     except BaseException as e:  # noqa: BLE001 -- raised where the episode is written
         batch.error = e
     finally:
+        batch.ring = None  # the raw frames are not needed once encoded
         batch.done.set()
 
 

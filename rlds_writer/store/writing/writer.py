@@ -134,6 +134,7 @@ class DatasetWriter:
             ds_config, self.name, version, self.path, self._metadata, file_format
         )
         self.features = self.info.features
+        self.image_workers = image_workers
         self.encoder = encoding.EpisodeEncoder(self.features, image_workers=image_workers)
         # Many episodes encoded together (`write(EpisodeBatch)`), where every field allows.
         self.batch_encoder = (

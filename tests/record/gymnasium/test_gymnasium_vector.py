@@ -266,3 +266,42 @@ def test_vector_recording_lets_the_wrapper_go(tmp_path):
     del env
     gc.collect()
     assert gone() is None  # and exit wrote the open episodes, cut short
+
+
+class _Steps(gym.vector.VectorWrapper):
+    """Counts the vector env's steps."""
+
+    steps = 0
+
+    def step(self, actions):
+        self.steps += 1
+        return self.env.step(actions)
+
+
+@pytest.mark.parametrize("per_sub_env", [False, True])
+def test_a_step_from_another_thread_is_refused_before_the_vector_env_steps(tmp_path, per_sub_env):
+    import threading
+
+    from rlds_writer.errors import RecorderThreadError
+
+    venv = _Steps(SyncVectorEnv([make_env] * 2))
+    options = {"step_fn": lambda *step: {}} if per_sub_env else {}
+    env = RecordRLDSVector(venv, tmp_path / "ds", **options)
+    env.reset(seed=SEED)
+    env.step(np.array([0, 1]))
+    raised = []
+
+    def other_thread() -> None:
+        try:
+            env.step(np.array([1, 0]))
+        except RecorderThreadError as e:
+            raised.append(e)
+
+    thread = threading.Thread(target=other_thread, name="intruder")
+    thread.start()
+    thread.join()
+    assert len(raised) == 1 and "'intruder'" in str(raised[0])
+    assert venv.steps == 1  # the env was not stepped
+    env.step(np.array([1, 0]))  # the recording's own thread goes on
+    env.close()
+    assert env.recorder.steps_written == 2 * 3  # per sub-env: 2 steps and the last

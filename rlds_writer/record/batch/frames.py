@@ -1,0 +1,168 @@
+"""Camera frames of a batch encoded as they come: N frames per step, in parallel.
+
+A batched env returns one frame per sub-env per step. Kept raw in the time
+ring (`ring.py`) until their episode ends, 64 sub-envs of 84x84 RGB frames
+take 1.3 MB per step, and the encoding starts only when an episode is over.
+Here each PNG/JPEG observation field's frames are copied out of the batch
+once per step (one numpy copy of the rows recorded) and handed, in a few
+slices, to the process's encoding threads (`store.images.frame_stream`, the
+single-env recorder's own): each thread calls the codec once per frame, with
+no other Python per frame. The ring keeps, per sub-env and step, only where
+that frame's bytes will be: the slice (an object column) and the frame's
+place in it (an int64 column). When an episode ends its frames are an
+`EncodedFrames`, which the writer's encoder takes as it takes the single-env
+recorder's: the same codecs, so the same bytes.
+
+Raw frames are held only until encoded: the env thread waits when the
+frames handed over and not yet encoded pass `PENDING_BYTES`.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import numpy as np
+
+from rlds_writer.record.batch.ring import OBSERVATION_LIKE, BatchField
+from rlds_writer.store.episodes import interrupts
+from rlds_writer.store.features import field_specs
+from rlds_writer.store.features.field_specs import jpeg_quality_of
+from rlds_writer.store.images import frame_stream
+from rlds_writer.store.images.image_codecs import encode_jpeg, encode_png
+
+# The key suffix of a streamed field's second ring column (a frame's place in its slice).
+POSITION = "\x00position"
+# Raw frames handed to the threads and not yet encoded, at most (then the env waits).
+PENDING_BYTES = 32 << 20
+
+
+class _HandleSpec:
+    """What the ring needs of a field spec, for a column of frame handles."""
+
+    __slots__ = ("key", "shape", "dtype", "row_nbytes")
+
+    def __init__(self, key: str, dtype: Any, row_nbytes: int):
+        self.key = key
+        self.shape = ()
+        self.dtype = np.dtype(dtype)
+        # The raw frame's size: the ring keeps as many rows as it did for raw
+        # frames, so the encoded frames its rows still point to stay bounded.
+        self.row_nbytes = row_nbytes
+
+
+class _Codec:
+    """Encodes one frame (a view of a slice's rows) with the single-env encoder's codec."""
+
+    __slots__ = ("encode",)
+
+    def __init__(self, spec: field_specs.FieldSpec):
+        if spec.kind == field_specs.JPEG:
+            quality = jpeg_quality_of(spec.feature)
+            self.encode = lambda frame: encode_jpeg(frame, quality)
+        else:
+            self.encode = encode_png
+
+
+def streamable(spec: field_specs.FieldSpec, role: str) -> bool:
+    """Whether the batch recorder encodes this field's frames as they come."""
+    return (
+        role == OBSERVATION_LIKE
+        and spec.kind in (field_specs.PNG, field_specs.JPEG)
+        and None not in spec.shape
+        and spec.dtype is not None
+    )
+
+
+class BatchFrames:
+    """The streamed image fields of a batch recorder.
+
+    Args:
+      specs: the streamed fields (`streamable`).
+      threads: encoding threads (the recording's `image_workers`).
+    """
+
+    def __init__(self, specs: list[field_specs.FieldSpec], threads: int):
+        self.specs = {s.key: s for s in specs}
+        self.codecs = {s.key: _Codec(s) for s in specs}
+        self.threads = max(1, threads)
+        self._pending: collections.deque[tuple[frame_stream._Batch, int]] = collections.deque()
+        self._pending_bytes = 0
+
+    def ring_fields(self, field: BatchField) -> list[BatchField]:
+        """The two ring columns that stand for a streamed field's frames."""
+        nbytes = field.spec.row_nbytes
+        return [
+            BatchField(_HandleSpec(field.key, object, nbytes), field.role),  # type: ignore[arg-type]
+            BatchField(_HandleSpec(field.key + POSITION, np.int32, 0), field.role),  # type: ignore[arg-type]
+        ]
+
+    def encode(self, values: dict[str, Any], rows: np.ndarray | None, n: int) -> None:
+        """Replaces each streamed field's batch in `values` by its frames' handles.
+
+        Args:
+          values: field key -> checked batch of `n` rows (`BatchRecorder._values`).
+          rows: the rows whose frames are recorded (None: all); the others get
+            no handle (their row of the ring is never read).
+          n: the batch's rows.
+        """
+        for key, spec in self.specs.items():
+            batch = values.get(key)
+            if batch is None:
+                continue
+            picked = batch if rows is None else batch[rows]
+            # The one copy of the frames: the env may reuse its buffers.
+            frames = np.array(picked, spec.dtype, copy=True, order="C")
+            slices = np.empty(n, object)
+            places = np.zeros(n, np.int32)
+            if len(frames):
+                where = np.arange(n) if rows is None else rows
+                self._submit(key, frames, where, slices, places)
+            values[key] = slices
+            values[key + POSITION] = places
+
+    def encode_one(self, key: str, frame: np.ndarray) -> frame_stream._Batch:
+        """Hands one frame (sub-env `i`'s final observation) to the threads."""
+        frames = np.array(frame[None], self.specs[key].dtype, copy=True, order="C")
+        slices = np.empty(1, object)
+        self._submit(key, frames, np.zeros(1, np.int64), slices, np.zeros(1, np.int32))
+        return slices[0]
+
+    def _submit(
+        self,
+        key: str,
+        frames: np.ndarray,
+        where: np.ndarray,
+        slices: np.ndarray,
+        places: np.ndarray,
+    ) -> None:
+        count = len(frames)
+        # Two slices per thread: they finish closer together than one each.
+        size = max(frame_stream.BATCH_FRAMES, -(-count // (2 * self.threads)))
+        codec = self.codecs[key]
+        for lo in range(0, count, size):
+            hi = min(count, lo + size)
+            job = frame_stream.submit_frames(codec, frames[lo:hi], self.threads)
+            slices[where[lo:hi]] = job
+            places[where[lo:hi]] = np.arange(hi - lo, dtype=np.int32)
+            nbytes = frames[lo:hi].nbytes
+            self._pending.append((job, nbytes))
+            self._pending_bytes += nbytes
+        self._bound()
+
+    def _bound(self) -> None:
+        """Forgets encoded slices; waits while the raw frames not yet encoded are too many."""
+        pending = self._pending
+        while pending and (pending[0][0].done.is_set() or self._pending_bytes > PENDING_BYTES):
+            job, nbytes = pending.popleft()
+            if not job.done.is_set():
+                with interrupts.deferred():  # as `FrameStream.put`: keep the event's lock whole
+                    job.done.wait()
+            self._pending_bytes -= nbytes
+
+    def episode_columns(self, columns: dict[str, Any]) -> None:
+        """Turns one episode's gathered frame handles into `EncodedFrames`, in place."""
+        for key, spec in self.specs.items():
+            places = columns.pop(key + POSITION).tolist()
+            entries = list(zip(columns[key].tolist(), places))
+            columns[key] = frame_stream.EncodedFrames(key, entries, spec.row_nbytes)
