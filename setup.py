@@ -93,8 +93,10 @@ _EXTRAS["test"] = [
 
 def _extensions() -> list[Extension]:
     """The recorders' C step (rlds_writer/record/step_kernel.py), the SSE4.2
-    CRC-32C (rlds_writer/store/formats/tfrecord/tfrecord.py) and the thread that writes zeros
-    ahead of a shard's records (rlds_writer/store/formats/tfrecord/write_ahead.py), all optional.
+    CRC-32C (rlds_writer/store/formats/tfrecord/tfrecord.py), the thread that writes zeros
+    ahead of a shard's records (rlds_writer/store/formats/tfrecord/write_ahead.py) and the
+    batch recorder's gather and record encoding (rlds_writer/store/writing/batch_records.py),
+    all optional.
 
     Without a C compiler the build warns and goes on: the package records with
     its Python step, google_crc32c, and zeros written on the recording thread.
@@ -121,6 +123,11 @@ def _extensions() -> list[Extension]:
         Extension(
             "rlds_writer.store.formats.tfrecord._zero_ahead",
             ["rlds_writer/store/formats/tfrecord/_zero_ahead.c"],
+            optional=True,
+        ),
+        Extension(
+            "rlds_writer.store.writing._batch_records",
+            ["rlds_writer/store/writing/_batch_records.c"],
             optional=True,
         ),
     ]

@@ -176,6 +176,7 @@ def test_the_release_passes_twine_check_and_declares_version_license_and_classif
     assert any(n.startswith("rlds_writer/store/formats/tfrecord/_zero_ahead.") for n in names), (
         names
     )
+    assert any(n.startswith("rlds_writer/store/writing/_batch_records.") for n in names), names
     assert f"\nVersion: {version}\n" in metadata
     assert "\nLicense-Expression: Apache-2.0\n" in metadata
     assert "\nLicense-File: LICENSE\n" in metadata
@@ -199,6 +200,7 @@ def test_the_release_passes_twine_check_and_declares_version_license_and_classif
         "rlds_writer/record/_step_kernel.c",
         "rlds_writer/store/formats/tfrecord/_crc32c.c",
         "rlds_writer/store/formats/tfrecord/_zero_ahead.c",
+        "rlds_writer/store/writing/_batch_records.c",
     ):
         assert name in members, name
     assert "Apache License" in (_ROOT / "LICENSE").read_text()

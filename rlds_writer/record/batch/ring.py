@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.store.features import field_specs
+from rlds_writer.store.writing import batch_records
 
 OBSERVATION_LIKE = "observation"  # a head, then one row per transition
 TRANSITION = "transition"  # one row per transition, then the zero of the final step
@@ -81,6 +82,12 @@ class TimeRing:
             for f in fields
             if f.role == OBSERVATION_LIKE
         }
+        # Each transition field's final-step row (its zero), as the C gather takes it.
+        self.zeros = {}
+        for f in fields:
+            if f.role == TRANSITION:
+                self.zeros[f.key] = np.empty((1, *f.spec.shape), f.spec.dtype)
+                self.zeros[f.key][0] = f.zero
         self.start = np.zeros(num_envs, np.int64)  # first transition row of the open episode
         self.open = np.zeros(num_envs, np.bool_)
         self.t = 0  # the next row to write (all sub-envs stepped together)
@@ -178,6 +185,17 @@ class TimeRing:
         steps = rows_per + 1
         offsets = np.cumsum(steps) - steps
         total = int(steps[-1] + offsets[-1])
+        columns: dict[str, np.ndarray] = {}
+        native = batch_records.native
+        if native is not None:  # one C call per field, without the GIL
+            starts = np.ascontiguousarray(starts, np.int64)
+            for field in self.fields:
+                key, spec = field.key, field.spec
+                column = columns[key] = np.empty((total, *spec.shape), spec.dtype)
+                head = field.role == OBSERVATION_LIKE
+                first = self.heads[key] if head else self.zeros[key]
+                native.gather(column, self.ring[key], first, envs, starts, rows_per, offsets, head)
+            return envs, offsets, steps, columns
         transitions = int(rows_per.sum())
         if transitions:
             first_of = np.repeat(np.cumsum(rows_per) - rows_per, rows_per)
@@ -188,7 +206,6 @@ class TimeRing:
         else:  # episodes that ended before any step (cut short at once)
             ring_rows = ring_envs = at = np.zeros(0, np.int64)
         finals = offsets + steps - 1
-        columns: dict[str, np.ndarray] = {}
         for field in self.fields:
             key, spec = field.key, field.spec
             column = np.empty((total, *spec.shape), spec.dtype)

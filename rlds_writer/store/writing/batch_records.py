@@ -8,7 +8,10 @@ holds them as one array per field (episode `j` is rows
 `BatchRecordEncoder` writes all their `tf.train.Example` records, framed
 as TFRecord, into one buffer with a fixed number of numpy calls per field,
 whatever the number of episodes: each record is the same bytes
-`EpisodeEncoder.encode_parts` gives for that episode alone.
+`EpisodeEncoder.encode_parts` gives for that episode alone. Where the
+optional extension `_batch_records.c` is built, one C call writes them all
+(framed, checksummed, without the GIL) and the ring's gather of ended
+episodes (`record.batch.ring`) is C too; numpy does the same otherwise.
 
 Only numeric per-step fields (`FLOAT`, `INT`) of a fixed shape are taken
 (`supports`); a dataset with images or bytes fields hands its episodes over
@@ -26,6 +29,11 @@ from rlds_writer.store.features.features import FLOAT, INT
 from rlds_writer.store.features.field_encoding import _packed_head, entry_writer, map_entry_header
 from rlds_writer.store.features.field_specs import FieldSpec
 from rlds_writer.store.formats.tfrecord import tfrecord
+
+try:  # the optional extension: gather and encode in C, without the GIL
+    from rlds_writer.store.writing import _batch_records as native
+except ImportError:  # not built, or no SSE4.2: the same bytes from numpy
+    native = None
 
 _FRAME = 12  # a TFRecord header: length, masked CRC of the length
 _FOOTER = 4
@@ -114,6 +122,18 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
+def _native_column(field: FieldSpec, columns: dict[str, np.ndarray]) -> tuple[str, np.ndarray]:
+    """A column as `native.encode` takes it: its payload kind and the array."""
+    column = columns[field.key]
+    if field.kind == FLOAT:
+        return "f", np.ascontiguousarray(column, "<f4")
+    if column.dtype in (np.bool_, np.uint8):
+        return "B", np.ascontiguousarray(column).view(np.uint8)
+    if column.dtype == np.uint64:  # varints of the bits, as the numpy path
+        return "q", np.ascontiguousarray(column).view(np.int64)
+    return "q", np.ascontiguousarray(column, np.int64)
+
+
 class _Table:
     """Small byte strings (entry heads, record heads) kept once, by value, across batches."""
 
@@ -157,6 +177,12 @@ class BatchRecordEncoder:
         self._lut_generation = 0
         # Example length -> its record prefix's (place in the table, length).
         self._prefix_lut = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        # Per-step field -> (key, Feature tag) for `native.encode`.
+        self._native_heads = {
+            f.key: (f.key.encode("utf-8"), 0x12 if f.kind == FLOAT else 0x1A)
+            for f in fields
+            if f.in_steps
+        }
 
     def _head(self, field: FieldSpec, payload_len: int) -> bytes:
         head = self._heads.get((field.key, payload_len))
@@ -222,6 +248,40 @@ class BatchRecordEncoder:
     def encode(self, batch: EpisodeBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Returns `(buffer, starts, lengths)`: the framed records end to end in
         `buffer` (uint8), record `j`'s frame at `starts[j]` and its data length."""
+        if native is not None:
+            return self._encode_native(batch)
+        return self._encode_numpy(batch)
+
+    def _encode_native(self, batch: EpisodeBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`encode` in one call of the C extension (`_batch_records.c`)."""
+        constants = {}
+        fields: list[tuple[Any, ...]] = []
+        for field in self.fields:
+            if not field.in_steps:
+                constants[field.key] = len(constants)
+                fields.append((constants[field.key],))
+                continue
+            key, tag = self._native_heads[field.key]
+            kind, column = _native_column(field, batch.columns)
+            fields.append((key, tag, kind, self._elems[field.key], column))
+        rows = tuple(
+            tuple(entries[key] for key in constants)
+            for entries in map(self._episode_entries, batch.episode_values)
+        )
+        buffer, starts, lengths = native.encode(
+            fields,
+            np.ascontiguousarray(batch.offsets, np.int64),
+            np.ascontiguousarray(batch.steps, np.int64),
+            np.ascontiguousarray(batch.reasons, np.int64),
+            rows,
+        )
+        return (
+            np.frombuffer(buffer, np.uint8),
+            np.frombuffer(starts, np.int64),
+            np.frombuffer(lengths, np.int64),
+        )
+
+    def _encode_numpy(self, batch: EpisodeBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         count = batch.count
         table = self._table
         table.reset_if_full()

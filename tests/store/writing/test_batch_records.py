@@ -7,6 +7,7 @@ import pytest
 
 from rlds_writer.record.config import recording_config
 from rlds_writer.store.features import end_reasons, feature_defs
+from rlds_writer.store.writing import batch_records
 from rlds_writer.store.writing.batch_records import EpisodeBatch, supports
 from rlds_writer.store.writing.writer import DatasetWriter
 
@@ -52,7 +53,17 @@ def _batch(writer: DatasetWriter, steps: list[int], seed: int = 0) -> EpisodeBat
     return EpisodeBatch(columns, offsets, steps_arr, reasons, values)
 
 
-def test_each_record_of_a_batch_is_the_episode_encoded_alone(tmp_path):
+@pytest.fixture(params=["c", "numpy"])
+def encoding(request, monkeypatch):
+    """Each test runs on the C extension (`_batch_records.c`) and on the numpy path."""
+    if request.param == "c" and batch_records.native is None:
+        pytest.skip("the _batch_records extension is not built here")
+    if request.param == "numpy":
+        monkeypatch.setattr(batch_records, "native", None)
+    return request.param
+
+
+def test_each_record_of_a_batch_is_the_episode_encoded_alone(tmp_path, encoding):
     with DatasetWriter(tmp_path / "ds", _config()) as writer:
         assert supports(writer.encoder.fields)
         steps = [1, 2, 5, 1, 40, 3]
