@@ -187,15 +187,17 @@ class TimeRing:
         total = int(steps[-1] + offsets[-1])
         columns: dict[str, np.ndarray] = {}
         native = batch_records.native
-        if native is not None:  # one C call per field, without the GIL
-            starts = np.ascontiguousarray(starts, np.int64)
+        if native is not None:  # one C call per field of plain values, without the GIL
             for field in self.fields:
                 key, spec = field.key, field.spec
+                if spec.dtype.hasobject:  # references: numpy copies them, counted
+                    continue
                 column = columns[key] = np.empty((total, *spec.shape), spec.dtype)
                 head = field.role == OBSERVATION_LIKE
                 first = self.heads[key] if head else self.zeros[key]
                 native.gather(column, self.ring[key], first, envs, starts, rows_per, offsets, head)
-            return envs, offsets, steps, columns
+            if len(columns) == len(self.fields):
+                return envs, offsets, steps, columns
         transitions = int(rows_per.sum())
         if transitions:
             first_of = np.repeat(np.cumsum(rows_per) - rows_per, rows_per)
@@ -208,6 +210,8 @@ class TimeRing:
         finals = offsets + steps - 1
         for field in self.fields:
             key, spec = field.key, field.spec
+            if key in columns:
+                continue
             column = np.empty((total, *spec.shape), spec.dtype)
             if field.role == OBSERVATION_LIKE:
                 column[offsets] = self.heads[key][envs]

@@ -68,14 +68,15 @@ gather(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Py_buffer out, ring, first, envs, starts, counts, offsets;
-    if (PyObject_GetBuffer(args[0], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_ND) < 0) {
+    if (PyObject_GetBuffer(args[0], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) <
+        0) {
         return NULL;
     }
-    if (PyObject_GetBuffer(args[1], &ring, PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0) {
+    if (PyObject_GetBuffer(args[1], &ring, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyBuffer_Release(&out);
         return NULL;
     }
-    if (PyObject_GetBuffer(args[2], &first, PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0) {
+    if (PyObject_GetBuffer(args[2], &first, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyBuffer_Release(&out);
         PyBuffer_Release(&ring);
         return NULL;
@@ -83,6 +84,12 @@ gather(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *result = NULL;
     int have = 0;
     Py_ssize_t count = 0, size = 0, num_envs = 0, row = 0, out_rows = 0;
+    /* Object references are not bytes to copy (their counts would be wrong). */
+    if ((out.format && strchr(out.format, 'O')) || (ring.format && strchr(ring.format, 'O')) ||
+        (first.format && strchr(first.format, 'O'))) {
+        PyErr_SetString(PyExc_TypeError, "gather: object arrays are not copied as bytes");
+        goto done;
+    }
     if (ring.ndim < 2 || out.ndim < 1 || first.ndim < 1) {
         PyErr_SetString(PyExc_ValueError, "gather: ring [L, N, ...], first and out are arrays");
         goto done;
