@@ -16,6 +16,9 @@ in a checkout): this module imports it, `import rlds_writer` does not.
 
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
+import multiprocessing.context
 import os
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -189,9 +192,12 @@ class RLDSIterableDataset(torch_data.IterableDataset):
     episode ranges. Together they read every selected episode exactly once per
     epoch. The rank and world size are `torch.distributed`'s when a process
     group is initialised (or those given). Shuffling is deterministic: the same
-    `seed` and epoch (`set_epoch`, before the `DataLoader` starts its workers:
-    with `persistent_workers=True` they keep the epoch they started with) give
-    the same order on every rank, so the parts stay disjoint. Parts may differ
+    `seed` and epoch (`set_epoch(e)` before iterating the `DataLoader` for
+    epoch `e`) give the same order on every rank, so the parts stay disjoint.
+    The epoch lives in shared memory made with the dataset, which `DataLoader`
+    workers inherit (fork) or receive (spawn, forkserver): workers read it each
+    time an epoch starts, so `persistent_workers=True` workers follow
+    `set_epoch` too. Parts may differ
     by a file's worth of episodes; a DDP loop that needs equal step counts per
     rank stops at the shortest (e.g. `torch.distributed.algorithms.Join`).
 
@@ -258,11 +264,35 @@ class RLDSIterableDataset(torch_data.IterableDataset):
         self.rank = rank
         self.world_size = world_size
         self.transform = transform
-        self.epoch = 0
+        # Shared with the DataLoader's workers, persistent ones included: read per epoch.
+        self._epoch = multiprocessing.RawValue(ctypes.c_int64, 0)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the shuffles are seeded with (see `set_epoch`)."""
+        return int(self._epoch.value)
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch, which reseeds the file shuffle."""
-        self.epoch = epoch
+        """Sets the epoch, which reseeds the shuffles, in this process and its workers.
+
+        Call it before iterating the `DataLoader` for that epoch; workers
+        started earlier (`persistent_workers=True`) see it when the epoch starts.
+        """
+        self._epoch.value = int(epoch)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if multiprocessing.context.get_spawning_popen() is None:
+            # Pickled for anything but a worker being started (shared memory
+            # only travels to a child): a copy of the value, in memory of its own.
+            state["_epoch"] = int(self._epoch.value)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        epoch = state["_epoch"]
+        if isinstance(epoch, int):
+            state["_epoch"] = multiprocessing.RawValue(ctypes.c_int64, epoch)
+        self.__dict__.update(state)
 
     def _part(self) -> Episodes:
         info = torch_data.get_worker_info()

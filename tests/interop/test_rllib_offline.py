@@ -44,16 +44,29 @@ def source(tmp_path_factory, record_episodes):
 
 def _config(algo_class, path, schema, **offline_data):
     config = algo_class().training(train_batch_size_per_learner=16, lr=0.01).debugging(seed=0)
+    # No map_batches_kwargs: on this 2-CPU Ray, RLlib's default pre-learner pool
+    # (2 actors x 1 CPU) would leave the read tasks none; RLDSOfflineData sizes it.
     return offline.offline_config(
         config,
         path,
         schema=schema,
         dataset_num_iters_per_learner=1,
-        map_batches_kwargs={"concurrency": 1, "num_cpus": 1},
         iter_batches_kwargs={"prefetch_batches": 1},
         read_options={"bytes_per_task": 1},  # a read task per episode: several workers
         **offline_data,
     )
+
+
+def _train(algo, timeout=180):
+    """`algo.train()`, bounded: a pipeline whose read tasks never get a CPU waits forever."""
+    import threading
+
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(result=algo.train()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"train() still waiting after {timeout} s: the reads starved"
+    return out["result"]
 
 
 def _p_right(algo, observations):
@@ -74,11 +87,52 @@ def test_marwil_from_rlds_episodes_trains_with_finite_losses(source, ray_session
 
     algo = _config(MARWILConfig, source, "episodes").build_algo()
     try:
-        learner = algo.train()["learners"]["default_policy"]
+        learner = _train(algo)["learners"]["default_policy"]
     finally:
         algo.stop()
     assert np.isfinite(learner["vf_loss"]) and np.isfinite(learner["policy_loss"])
     assert learner["num_module_steps_trained"] > 0
+
+
+def test_the_prelearner_maps_runs_of_episodes_giving_bc_rllibs_batch_and_marwil_advantages(
+    source, ray_session
+):
+    from ray.rllib.algorithms.bc import BCConfig
+    from ray.rllib.algorithms.marwil import MARWILConfig
+    from ray.rllib.offline.offline_prelearner import OfflinePreLearner
+
+    from rlds_writer.interop.formats.rllib.prelearner import RLDSPreLearner
+
+    def prelearner(cls, config):
+        spaces = (config.observation_space, config.action_space)
+        spec = config.get_multi_rl_module_spec(spaces={"default_policy": spaces})
+        return cls(config=config, spaces=spaces, module_spec=spec)
+
+    bc = offline.offline_config(BCConfig().debugging(seed=0), source)
+    rows = offline.read_for_rllib(bc).take_batch(1000)
+    n = len(rows["eps_id"])
+    # All rows but the first and the last: the first run starts mid-episode, the
+    # last stops before its episode's end (a fragment going on).
+    batch = {name: column[1:-1] for name, column in rows.items()}
+    episodes = prelearner(RLDSPreLearner, bc)._map_to_episodes(dict(batch))["episodes"]
+    assert len(episodes) == 6 and sum(len(e) for e in episodes) == n - 2
+    assert all(e.is_done for e in episodes[:-1]) and not episodes[-1].is_done
+    for episode in episodes:  # a run's observations, then its last next observation
+        rows_of = batch["eps_id"] == int(episode.id_)
+        observed = np.concatenate([batch["obs"][rows_of], batch["new_obs"][rows_of][-1:]])
+        assert np.array_equal(np.stack(episode.get_observations()), observed)
+        assert np.array_equal(episode.get_actions(), batch["actions"][rows_of])
+    ours = prelearner(RLDSPreLearner, bc)(dict(batch))
+    theirs = prelearner(OfflinePreLearner, bc)(dict(batch))
+    assert ours.keys() == theirs.keys()
+    for key in ours:  # BC: the very batch RLlib's row-by-row mapping gives
+        assert torch.equal(torch.as_tensor(ours[key]), torch.as_tensor(theirs[key])), key
+    marwil = offline.offline_config(MARWILConfig().debugging(seed=0), source)
+    out = prelearner(RLDSPreLearner, marwil)(dict(batch))
+    # One bootstrap step per run (masked out of the loss), not one per transition.
+    assert len(out["default_policy/loss_mask"]) == n - 2 + 6
+    assert int(out["default_policy/loss_mask"].sum()) == n - 2
+    assert torch.isfinite(out["default_policy/advantages"]).all()
 
 
 @ray.remote(num_cpus=0)
@@ -96,9 +150,9 @@ class Counter:
 
 
 def _counting_prelearner():
-    from ray.rllib.offline.offline_prelearner import OfflinePreLearner
+    from rlds_writer.interop.formats.rllib.prelearner import RLDSPreLearner
 
-    class CountingPreLearner(OfflinePreLearner):
+    class CountingPreLearner(RLDSPreLearner):
         def __call__(self, batch):
             keys = list(zip(np.asarray(batch["eps_id"]).tolist(), np.asarray(batch["t"]).tolist()))
             ray.get(ray.get_actor(_COUNTER).add.remote(keys))
@@ -122,7 +176,7 @@ def test_bc_from_rlds_learns_the_recorded_action_reading_each_transition_once_an
         before = _p_right(algo, observations["observations"])
         seen = []
         for _ in range(4 * len(expected)):
-            result = algo.train()
+            result = _train(algo)
             seen = ray.get(counter.get.remote())
             if len(seen) >= len(expected):
                 break

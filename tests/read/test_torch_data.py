@@ -150,3 +150,38 @@ def test_episode_dataset_in_forked_workers_after_the_parent_read_by_index(catch_
     )
     got = sorted(_fingerprint(e["steps"]["observation"].numpy()) for e in loader)
     assert got == sorted(expected)
+
+
+def test_set_epoch_reaches_persistent_workers_each_epoch_reading_every_episode_once(catch_path):
+    import pickle
+
+    def key(episode):  # the episode's observations and actions, whole
+        return (
+            np.asarray(episode["steps"]["observation"]).tobytes()
+            + np.asarray(episode["steps"]["action"]).tobytes()
+        )
+
+    episodes = reader_lib.open_dataset(catch_path)["train"]
+    expected = sorted(key(e) for e in episodes)
+    assert len(set(expected)) == len(expected) == 8
+    dataset = RLDSIterableDataset(
+        catch_path, unit="episodes", shuffle_files=True, shuffle_episodes=True, seed=3
+    )
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=None, num_workers=2, persistent_workers=True
+    )
+
+    def epoch(e):
+        dataset.set_epoch(e)
+        return [key(episode) for episode in loader]
+
+    first, second = epoch(0), epoch(1)
+    workers = loader._iterator._workers  # the same worker processes served both epochs
+    assert sorted(first) == expected and sorted(second) == expected  # each once an epoch
+    assert second != first  # the workers shuffled for epoch 1, not the epoch they began in
+    assert epoch(0) == first and loader._iterator._workers == workers
+    # Pickled outside a worker's start, the dataset keeps the epoch, in memory of its own.
+    dataset.set_epoch(5)
+    copy = pickle.loads(pickle.dumps(dataset))
+    copy.set_epoch(6)
+    assert (copy.epoch, dataset.epoch) == (6, 5)

@@ -19,6 +19,12 @@ give rows in the schema RLlib asks for:
   `rlds-writer export --to rllib-episodes` builds it (`exporter.py`): any
   spaces, infos, extra model outputs.
 
+Transition rows reach the learner through `RLDSPreLearner` (`prelearner.py`:
+one `SingleAgentEpisode` per run of an episode in a batch, not per row)
+unless `prelearner_class` names another. The pre-learner actor pool is sized
+to leave the read tasks a CPU (`prelearner_resources`): RLlib's default of
+2 actors x 1 CPU holds every CPU of a 2-CPU Ray and training waits forever.
+
 Refused, with a one-line error: `input_read_sample_batches=True` (the old
 stack's `SampleBatch` rows), multi-agent configs (RLlib reads no multi-agent
 offline data), several `input_` paths, and `input_filesystem` (the storage
@@ -46,8 +52,9 @@ from rlds_writer.errors import SpecError, optional_dependencies
 with optional_dependencies("rlds_writer.interop.formats.rllib.offline (RLlib offline training)"):
     from ray.rllib.core.columns import Columns
     from ray.rllib.offline.offline_data import OfflineData
-    from ray.rllib.offline.offline_prelearner import SCHEMA, OfflinePreLearner
+    from ray.rllib.offline.offline_prelearner import SCHEMA
 
+from rlds_writer.interop.formats.rllib.prelearner import RLDSPreLearner
 from rlds_writer.read.ray_data import RLDSDatasource, read_rlds
 from rlds_writer.read.transitions import episode_end
 
@@ -175,6 +182,55 @@ def read_for_rllib(config: Any, observation_space: Any = None, action_space: Any
     return read_rlds(path, rows=items, **options, **kwargs)
 
 
+def _read_cpus(read_kwargs: Mapping[str, Any]) -> float:
+    """The CPUs a read task asks for (Ray Data's default: 1)."""
+    cpus = read_kwargs.get("num_cpus")
+    if cpus is None:
+        cpus = (read_kwargs.get("ray_remote_args") or {}).get("num_cpus", 1)
+    return float(cpus)
+
+
+def prelearner_resources(config: Any, read_cpus: float = 1.0) -> dict[str, Any]:
+    """`map_batches` resources for the pre-learner actors that leave the read tasks a CPU.
+
+    RLlib starts `max(2, num_learners)` pre-learner actors of 1 CPU each; on a
+    Ray with that few CPUs (2, less the learners' and env runners') they hold
+    every CPU, and the read tasks feeding them never start: training waits
+    forever. The pool is cut to what the CPUs left after one read task can
+    hold (at least one actor, given the CPUs left if less than a whole one).
+    A `concurrency` the user set in `map_batches_kwargs` is kept as it is.
+
+    Args:
+      config: the `AlgorithmConfig` (its learners, env runners, `map_batches_kwargs`).
+      read_cpus: the CPUs one read task asks for.
+
+    Returns:
+      `concurrency` (and `num_cpus` if cut below the actor's) to merge into
+      `map_batches_kwargs`; empty if Ray is not running or the user chose.
+    """
+    import ray
+
+    asked = dict(config.map_batches_kwargs or {})
+    if "concurrency" in asked or not ray.is_initialized():
+        return {}
+    cpus = float(ray.cluster_resources().get("CPU", 0))
+    if config.num_learners > 0:
+        per_learner = config.num_cpus_per_learner
+        if per_learner == "auto":
+            per_learner = 1 if config.num_gpus_per_learner == 0 else 0
+        cpus -= config.num_learners * float(per_learner)
+    cpus -= config.num_env_runners * float(config.num_cpus_per_env_runner or 0)
+    per_actor = float(asked.get("num_cpus", 1))
+    room = cpus - read_cpus
+    wanted = max(2, config.num_learners)
+    if per_actor <= 0:
+        return {}
+    if room >= per_actor:
+        return {"concurrency": max(1, min(wanted, int(room // per_actor)))}
+    # Not one whole actor's CPUs left beside a read task: one actor, on what is left.
+    return {"concurrency": 1, "num_cpus": max(room, 0.0)}
+
+
 class RLDSOfflineData(OfflineData):
     """RLlib's `OfflineData`, reading `config.input_` as an RLDS dataset (see the module doc).
 
@@ -202,9 +258,12 @@ class RLDSOfflineData(OfflineData):
             self.data = self.data.materialize()
         self.batch_iterators = None
         self.map_batches_kwargs = self.default_map_batches_kwargs | config.map_batches_kwargs
+        self.map_batches_kwargs |= prelearner_resources(
+            config, _read_cpus(self.data_read_method_kwargs)
+        )
         self.iter_batches_kwargs = self.default_iter_batches_kwargs | config.iter_batches_kwargs
         self.returned_streaming_split = False
-        self.prelearner_class = config.prelearner_class or OfflinePreLearner
+        self.prelearner_class = config.prelearner_class or RLDSPreLearner
         self.locality_hints = None
         self.learner_handles = None
         self.module_spec = None
