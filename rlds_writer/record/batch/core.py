@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlds_writer.errors import StepValueError, UnsupportedFeatureError, WriterClosedError
+from rlds_writer.record.batch import objects
 from rlds_writer.record.batch.arrays import check_batch, host_array
 from rlds_writer.record.batch.frames import POSITION, BatchFrames, streamable
 from rlds_writer.record.batch.ring import (
@@ -88,8 +89,8 @@ class BatchRecorder:
         `max_episodes_per_file`, `file_format`, `fsync`, `queue_size`, ...).
 
     Raises:
-      UnsupportedFeatureError: a per-step field the batch recorder does not
-        keep (text, or a feature TFDS encodes itself, or an open shape).
+      UnsupportedFeatureError: a numeric or image per-step field of an open
+        shape (text and TFDS-encoded fields are kept per sub-env: `objects.py`).
     """
 
     def __init__(
@@ -124,14 +125,16 @@ class BatchRecorder:
         # threads (`frames.py`); the ring keeps where each frame's bytes will be.
         streamed = [f for f in self._fields if streamable(f.spec, f.role)]
         self._frames = None
-        ring_fields = self._fields
         if streamed and self.writer.image_workers > 0:
             self._frames = BatchFrames([f.spec for f in streamed], self.writer.image_workers)
-            ring_fields = [
-                g
-                for f in self._fields
-                for g in (self._frames.ring_fields(f) if f in streamed else [f])
-            ]
+        # Text and fallback fields: a Python value per sub-env (`objects.py`).
+        self._object_keys = [f.key for f in self._fields if f.spec.kind in objects.KINDS]
+        ring_fields = []
+        for f in self._fields:
+            if self._frames is not None and f in streamed:
+                ring_fields += self._frames.ring_fields(f)
+            else:
+                ring_fields.append(objects.ring_field(f) if f.key in self._object_keys else f)
         self._ring = TimeRing(
             ring_fields, num_envs, chunk_steps(ring_fields, num_envs, ring_bytes), per_env
         )
@@ -283,7 +286,11 @@ class BatchRecorder:
             if group not in sources:
                 continue
             for path, field in leaves:
-                value = cast_single(field.spec, _pick(sources[group], path, field.key))
+                value = _pick(sources[group], path, field.key)
+                if field.key in self._object_keys:
+                    ring.ring[field.key][row, i] = objects.one_value(field.spec, value)
+                    continue
+                value = cast_single(field.spec, value)
                 if self._frames is not None and field.key in self._frames.specs:
                     ring.ring[field.key][row, i] = self._frames.encode_one(field.key, value)
                     ring.ring[field.key + POSITION][row, i] = 0
@@ -343,6 +350,8 @@ class BatchRecorder:
                     episode = {key: column[lo : lo + n] for key, column in columns.items()}
                     if frames is not None:
                         frames.episode_columns(episode)
+                    if self._object_keys:
+                        objects.as_lists(episode, self._object_keys)
                     write(Episode(episode, values, n), split)
         for i, n, columns in apart:
             ended = by_env[i]
@@ -350,6 +359,8 @@ class BatchRecorder:
             columns.update(self._layout.flags(n, ended))
             if self._frames is not None:
                 self._frames.episode_columns(columns)
+            if self._object_keys:
+                objects.as_lists(columns, self._object_keys)
             write(Episode(columns, dict(self._reason_values[reason]), n), split)
 
     def _add_flags(
@@ -441,6 +452,9 @@ class BatchRecorder:
                 ):
                     out[field.key] = leaf
                     continue
+                if field.key in self._object_keys:  # never in `checked`
+                    out[field.key] = objects.value_batch(field.spec, leaf, n)
+                    continue
                 arr = check_batch(field.spec, host_array(leaf, field.key), n)
                 if type(leaf) is np.ndarray and arr is leaf:
                     checked[field.key, n] = (np.ndarray, leaf.shape, leaf.dtype)
@@ -459,11 +473,14 @@ def cast_single(spec: field_specs.FieldSpec, value: Any) -> np.ndarray:
 
 
 def _check_kept(spec: field_specs.FieldSpec) -> None:
+    if spec.kind in objects.KINDS:
+        return
     kept = spec.kind in _KINDS or spec.kind in _IMAGES
     if not kept or any(d is None for d in spec.shape) or spec.dtype is None:
         raise UnsupportedFeatureError(
             f"{spec.key}: the batch recorder keeps numeric, image and bytes fields of a fixed "
-            f"shape, not {spec.kind} {spec.describe()}; record this env with "
+            f"shape (and text and TFDS-encoded ones), not {spec.kind} {spec.describe()}; "
+            "record this env with "
             "RecordRLDSVector(step_fn=...) (a sub-env at a time) or declare a fixed-shape feature"
         )
 

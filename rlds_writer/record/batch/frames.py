@@ -34,7 +34,7 @@ from rlds_writer.store.images.image_codecs import encode_jpeg, encode_png
 # The key suffix of a streamed field's second ring column (a frame's place in its slice).
 POSITION = "\x00position"
 # Raw frames handed to the threads and not yet encoded, at most (then the env waits).
-PENDING_BYTES = 32 << 20
+PENDING_BYTES = 16 << 20
 
 
 class _HandleSpec:
@@ -110,9 +110,14 @@ class BatchFrames:
             batch = values.get(key)
             if batch is None:
                 continue
-            picked = batch if rows is None else batch[rows]
-            # The one copy of the frames: the env may reuse its buffers.
-            frames = np.array(picked, spec.dtype, copy=True, order="C")
+            if rows is not None and len(rows) == n:
+                rows = None  # every row: a slice copies faster than an index
+            # The one copy of the frames (the env may reuse its buffers): an
+            # index copies, and a cast of another dtype does.
+            if rows is None:
+                frames = np.array(batch, spec.dtype, copy=True, order="C")
+            else:
+                frames = np.ascontiguousarray(batch[rows], spec.dtype)
             slices = np.empty(n, object)
             places = np.zeros(n, np.int32)
             if len(frames):
@@ -165,4 +170,28 @@ class BatchFrames:
         for key, spec in self.specs.items():
             places = columns.pop(key + POSITION).tolist()
             entries = list(zip(columns[key].tolist(), places))
-            columns[key] = frame_stream.EncodedFrames(key, entries, spec.row_nbytes)
+            columns[key] = _TakenFrames(key, entries, spec.row_nbytes)
+
+
+class _TakenFrames(frame_stream.EncodedFrames):
+    """An episode's frames, let go by their slices once the writer has them.
+
+    A slice holds frames of several sub-envs, whose episodes end at different
+    steps: without this, one long episode would keep its slices' other frames
+    (and, through stale ring rows, others) in memory. Each frame belongs to
+    one episode only, so it is dropped from its slice when taken, and the
+    episode keeps its list in case it is asked again.
+    """
+
+    __slots__ = ("_taken",)
+
+    def __init__(self, key: str, entries: list[Any], row_nbytes: int):
+        super().__init__(key, entries, row_nbytes)
+        self._taken: list[bytes] | None = None
+
+    def result(self, encode_other: Any) -> list[bytes]:
+        if self._taken is None:
+            self._taken = super().result(encode_other)
+            for batch, i in self._entries:
+                batch.results[i] = None
+        return self._taken

@@ -233,7 +233,7 @@ class TimeRing:
                 parts.insert(0, self.heads[key][i : i + 1])
             else:
                 zero = np.empty((1, *field.spec.shape), field.spec.dtype)
-                zero[0] = field.zero
+                zero[...] = field.zero  # (an object field's zero is a 0-d holder)
                 parts.append(zero)
             columns[key] = np.concatenate(parts)
         n = len(next(iter(columns.values())))

@@ -94,3 +94,20 @@ class Camera(Hops):
 
     def _obs(self):
         return self.np_random.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+
+
+class Words(Hops):
+    """`Hops` whose observation is a dict of a float32[3] and a `Text` word (a fallback-free
+    text field, kept per sub-env by the batch recorder)."""
+
+    observation_space = gym.spaces.Dict(
+        {
+            "pos": gym.spaces.Box(-10.0, 10.0, (3,), np.float32),
+            "word": gym.spaces.Text(8),
+        }
+    )
+
+    def _obs(self):
+        rng = self.np_random
+        word = "".join(rng.choice(list("abcdefgh"), int(rng.integers(1, 9))))
+        return {"pos": rng.standard_normal(3).astype(np.float32), "word": word}

@@ -54,3 +54,27 @@ def test_a_bad_batch_is_refused_by_field_and_recorded_for_no_sub_env(tmp_path, b
         rec.close()
     # The refused step left no row behind: the same records as a run without it.
     assert records(tmp_path / "refused") == records(tmp_path / "good")
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (["a", "b"], "steps/observation: expected a batch of 4 values .* got 2"),
+        ([b"a", b"b", 3, b"d"], "steps/observation: expected text"),
+        ("abcd", "steps/observation: expected a batch of 4 values"),
+    ],
+    ids=["batch-size", "not-text", "one-string"],
+)
+def test_a_bad_text_batch_is_refused_by_field_and_recorded_for_no_sub_env(tmp_path, bad, message):
+    config = spaces.spaces_config(gym.spaces.Text(5), gym.spaces.Discrete(2), "text")
+    runs = {}
+    for name in ("good", "refused"):
+        rec = runs[name] = BatchRecorder(tmp_path / name, config, N)
+        rec.begin(["w"] * N)
+        rec.add(np.zeros(N, np.int64), np.ones(N), None, ("x", "y", "z", "é"))
+    with pytest.raises(StepValueError, match=message):
+        runs["refused"].add(np.zeros(N, np.int64), np.ones(N), None, bad)
+    for rec in runs.values():
+        rec.end(np.ones(N, bool), True)
+        rec.close()
+    assert records(tmp_path / "refused") == records(tmp_path / "good")
