@@ -86,6 +86,10 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         }
         self._closed = False
         self._owner = 0  # the thread of the last reset; another's steps are refused
+        # Set before anything can refuse: `close()` (gymnasium's `__del__`) of an object
+        # whose constructor raised closes what was made and nothing else.
+        self._recording: Any = None
+        self._adders: list[Callable[..., None] | None] = []
         # Whole batches, one call per vector step, unless a user function
         # must see each sub-env's step.
         self._batch: VectorRecording | None = None
@@ -236,6 +240,8 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
             if self._batch is not None:
                 self._batch.close()
                 return
+            if self._recording is None:
+                return  # the constructor refused: nothing was recorded
             for i in range(len(self._adders)):
                 self._unbind(i)
             self._recording.recorder.close()

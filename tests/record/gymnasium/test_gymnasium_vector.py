@@ -305,3 +305,26 @@ def test_a_step_from_another_thread_is_refused_before_the_vector_env_steps(tmp_p
     env.step(np.array([1, 0]))  # the recording's own thread goes on
     env.close()
     assert env.recorder.steps_written == 2 * 3  # per sub-env: 2 steps and the last
+
+
+def test_a_refused_directory_leaves_nothing_to_clean_up(tmp_path):
+    """A constructor that refuses (a taken directory) leaves an object whose
+    `close()` (gymnasium's `__del__`) is quiet, in the batch and per-env forms."""
+    import gc
+    import sys
+
+    from rlds_writer.errors import DatasetExistsError
+
+    first = RecordRLDSVector(gym.make_vec("CartPole-v1", 2), tmp_path / "ds")
+    first.reset(seed=0)
+    first.close()
+    unraisable = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        for options in ({}, {"step_fn": lambda *a: {"x": 1}}):
+            with pytest.raises(DatasetExistsError, match="mode='append'"):
+                RecordRLDSVector(gym.make_vec("CartPole-v1", 2), tmp_path / "ds", **options)
+            gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert [repr(u.exc_value) for u in unraisable] == []
