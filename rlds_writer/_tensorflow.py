@@ -13,7 +13,9 @@ alone pulls in `importlib.resources` and `tempfile`, 3-4 ms of every process.
   (`show_tensorflow_logs`).
 - RTLD_LOCAL: TensorFlow 2.20-2.21 loads its runtime RTLD_GLOBAL, and its LLVM
   then makes triton (which PyPI's CUDA torch imports at its first optimizer)
-  abort the process (tests/package/test_tensorflow_loading.py).
+  abort the process (tests/package/test_tensorflow_loading.py). Where
+  TensorFlow came first (`import ray.rllib` imports it), triton's library is
+  loaded RTLD_DEEPBIND instead, bound to its own LLVM.
 
 This module is never reloaded by `importlib.reload(rlds_writer)`, so its state
 (whether the log level is ours) and its finders stay installed exactly once.
@@ -52,6 +54,55 @@ class _TensorFlowLocalRuntime:
         if fullname == self._NAME:
             raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
         return None
+
+
+class _TritonOwnLLVM:
+    """Loads triton's library RTLD_DEEPBIND when TensorFlow's LLVM is already global.
+
+    TensorFlow imported before rlds_writer (`import ray.rllib` does it, through
+    RLlib's `try_import_tf`) has put its LLVM in the global table, and
+    `_TensorFlowLocalRuntime` came too late. triton's library, bound to its own
+    symbols first (RTLD_DEEPBIND), then registers its own LLVM's options, not
+    TensorFlow's a second time (which aborts the process). Acts only then, and
+    only on that one import.
+    """
+
+    _NAME = "triton._C.libtriton"
+    _TF_GLOBAL = "tensorflow.python.pywrap_dlopen_global_flags"
+
+    def find_spec(self, fullname: str, path: Any = None, target: object = None) -> Any:
+        if fullname != self._NAME or self._TF_GLOBAL not in sys.modules:
+            return None
+        if not hasattr(os, "RTLD_DEEPBIND") or not hasattr(sys, "setdlopenflags"):
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _DeepBindLoader(spec.loader)
+        return spec
+
+
+class _DeepBindLoader:
+    """Runs an extension module's loader with RTLD_DEEPBIND added to the dlopen flags."""
+
+    def __init__(self, loader: Any):
+        self._loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        flags = sys.getdlopenflags()
+        sys.setdlopenflags(flags | os.RTLD_DEEPBIND)
+        try:
+            return self._loader.create_module(spec)
+        finally:
+            sys.setdlopenflags(flags)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__loader__ = self._loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
 
 
 # The notices TensorFlow writes to stderr while it is imported, before it reads
@@ -169,6 +220,7 @@ def install() -> None:
     global _level_is_ours
     if any(isinstance(f, (_TensorFlowLocalRuntime, _QuietTensorFlowFinder)) for f in sys.meta_path):
         return
+    sys.meta_path.insert(0, _TritonOwnLLVM())
     # TensorFlow's C++ start-up and tf.data info lines drown a recorder's own
     # output; a user who wants them sets the variable before importing us.
     if _TF_LOG_LEVEL not in os.environ:

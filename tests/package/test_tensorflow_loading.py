@@ -60,3 +60,24 @@ def test_a_torch_optimizer_after_tensorflow_does_not_crash_the_process():
     )
     assert done.returncode == 0, f"exit {done.returncode}:\n{done.stderr[-3000:]}"
     assert "triton loaded: True" in done.stdout, done.stdout
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None,
+    reason="needs torch with triton (PyPI's CUDA build of torch on Linux)",
+)
+@pytest.mark.slow
+def test_tensorflow_imported_before_rlds_writer_does_not_crash_a_torch_optimizer():
+    # `from ray.rllib.algorithms.bc import BCConfig` before `import rlds_writer`
+    # (the README's offline example) imports TensorFlow first, RTLD_GLOBAL.
+    done = _python(
+        "import tensorflow as tf, rlds_writer, torch\n"
+        "p = torch.zeros(2, requires_grad=True)\n"
+        "optimizer = torch.optim.Adam([p])\n"
+        "p.sum().backward(); optimizer.step()\n"
+        "import sys; print('triton loaded:', 'triton' in sys.modules)\n"
+        "print(float(tf.reduce_sum(tf.ones(3))), [round(v, 6) for v in p.tolist()])\n"
+    )
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stderr[-3000:]}"
+    assert "triton loaded: True" in done.stdout, done.stdout
+    assert "3.0 [-0.001, -0.001]" in done.stdout, done.stdout
