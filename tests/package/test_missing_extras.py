@@ -195,6 +195,15 @@ def test_import_never_fails_and_using_the_feature_names_the_extra():
             'is not installed: pip install "rlds_writer[rllib]"',
         ),
         (
+            # Checked on the driver: on Ray's read tasks the ImportError came too late, buried.
+            "from ray.rllib.algorithms.bc import BCConfig\n"
+            "    from rlds_writer.interop.formats.rllib.offline import offline_config\n"
+            "    offline_config(BCConfig(), SRC, schema='episodes')",
+            "msgpack_numpy",
+            "reading RLlib's episode schema (offline_config(schema='episodes')) needs "
+            'msgpack_numpy, which is not installed: pip install "rlds_writer[rllib,convert]"',
+        ),
+        (
             "from rlds_writer.read.torch_data import RLDSIterableDataset",
             "torch",
             "rlds_writer.read.torch_data (PyTorch datasets) needs torch, which is not installed: "

@@ -47,7 +47,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from rlds_writer.errors import SpecError, optional_dependencies
+from rlds_writer.errors import SpecError, import_optional, optional_dependencies
 
 with optional_dependencies("rlds_writer.interop.formats.rllib.offline (RLlib offline training)"):
     from ray.rllib.core.columns import Columns
@@ -169,6 +169,7 @@ def read_for_rllib(config: Any, observation_space: Any = None, action_space: Any
         return read_rlds(
             path, rows="transitions", columns=list(names), names=names, **options, **kwargs
         )
+    _need_msgpack()
     from rlds_writer.interop.export_spaces import export_spaces
     from rlds_writer.read.reader import open_dataset
 
@@ -229,6 +230,17 @@ def prelearner_resources(config: Any, read_cpus: float = 1.0) -> dict[str, Any]:
         return {"concurrency": max(1, min(wanted, int(room // per_actor)))}
     # Not one whole actor's CPUs left beside a read task: one actor, on what is left.
     return {"concurrency": 1, "num_cpus": max(room, 0.0)}
+
+
+def _need_msgpack() -> None:
+    """The episode schema's packers, checked on the driver: a read task's ImportError
+    comes late, buried in Ray's traceback."""
+    for module in ("msgpack", "msgpack_numpy"):
+        import_optional(
+            module,
+            "reading RLlib's episode schema (offline_config(schema='episodes'))",
+            "rllib,convert",
+        )
 
 
 class RLDSOfflineData(OfflineData):
@@ -306,6 +318,8 @@ def offline_config(
             f"schema must be one of {SCHEMAS}, got {schema!r}: 'columns' for RLlib's column "
             "input, 'episodes' for input_read_episodes=True"
         )
+    if schema == "episodes":
+        _need_msgpack()
     from rlds_writer.interop.export_spaces import export_spaces
     from rlds_writer.read.reader import open_dataset
 
