@@ -122,6 +122,18 @@ def check_image(data: bytes, leaf: Leaf) -> str:
     return _header(data, leaf)[0]
 
 
+def image_size(data: bytes, leaf: Leaf) -> tuple[int, int]:
+    """(height, width) of a stored PNG or JPEG value of `leaf`, from its header alone.
+
+    Raises:
+      DecodeError: as `check_image`.
+    """
+    fmt, _, _ = _header(data, leaf)
+    if fmt == "png":
+        return _png_header(data, leaf.key)[:2]
+    return _jpeg_header(data)[:2]
+
+
 def check_stored(data: bytes, leaf: Leaf) -> bool:
     """Checks a stored value from its header alone; True if it is the image as it decodes.
 

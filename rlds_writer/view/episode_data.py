@@ -24,12 +24,12 @@ import numpy as np
 
 from rlds_writer.errors import DecodeError
 from rlds_writer.read.decode import Decoder
-from rlds_writer.read.images import check_image
+from rlds_writer.read.images import check_image, image_size
 from rlds_writer.read.nest import flatten
 from rlds_writer.store.features import wire
 from rlds_writer.store.features.features import Features
 from rlds_writer.view.episode_index import json_number, metadata_value, text_value
-from rlds_writer.view.fields import Layout, field_name
+from rlds_writer.view.fields import MAX_FRAME_PIXELS, Layout, field_name
 
 # Steps drawn per series as they are; longer episodes are drawn as bucket envelopes.
 MAX_POINTS = 2000
@@ -160,7 +160,8 @@ class EpisodeData:
         Raises:
           IndexError: no such camera or step.
           DecodeError: the stored value is not a PNG or JPEG the feature holds
-            (checked from its header, with the reader's limits).
+            (checked from its header, with the reader's limits), or has more than
+            `MAX_FRAME_PIXELS`.
         """
         offset, length = self.frames[camera][step]
         if camera in self._arrays:
@@ -169,7 +170,14 @@ class EpisodeData:
         key = (camera, step)
         fmt = self._formats.get(key)
         if fmt is None:
-            fmt = check_image(data, self.fields.cameras[camera])
+            leaf = self.fields.cameras[camera]
+            fmt = check_image(data, leaf)
+            height, width = image_size(data, leaf)  # an open size: the feature fixes none
+            if height * width > MAX_FRAME_PIXELS:
+                raise DecodeError(
+                    f"{self.where}: {leaf.key}, step {step}: a {height}x{width} frame, over the "
+                    f"{MAX_FRAME_PIXELS:,} pixels the page shows (it decodes frames whole)"
+                )
             self._formats[key] = fmt
         return data, _TYPES[fmt]
 

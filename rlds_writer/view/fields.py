@@ -24,6 +24,10 @@ from rlds_writer.store.features.end_reasons import END_REASON
 from rlds_writer.store.features.features import Features, Leaf
 
 FLAGS = ("is_first", "is_last", "is_terminal")
+# The most pixels a frame served to the page may have: a browser decodes each frame
+# whole (4 bytes a pixel), so a fixed 20000x20000 `Image` of zeros, a few hundred KB
+# stored, would take gigabytes of the page's memory per frame.
+MAX_FRAME_PIXELS = 4096 * 4096
 MAX_SERIES = 32
 # An episode-level value with more elements than this is named, not shown.
 MAX_METADATA_VALUES = 64
@@ -130,7 +134,7 @@ def is_raw_image(leaf: Leaf) -> bool:
     if len(shape) not in (2, 3) or (len(shape) == 3 and shape[2] not in (1, 3, 4)):
         return False
     h, w = shape[0], shape[1]
-    return min(h, w) >= 8 and max(h, w) <= 16 * min(h, w) and h * w <= 4096 * 4096
+    return min(h, w) >= 8 and max(h, w) <= 16 * min(h, w) and h * w <= MAX_FRAME_PIXELS
 
 
 def _camera_reason(leaf: Leaf) -> str | None:
@@ -138,6 +142,12 @@ def _camera_reason(leaf: Leaf) -> str | None:
         return (
             f"a {leaf.dtype.name} image ({leaf.describe()}): its stored "
             f"{leaf.kind.upper()} holds the values' bytes, not a picture a browser can show"
+        )
+    h, w = leaf.shape[0], leaf.shape[1]
+    if h is not None and w is not None and h * w > MAX_FRAME_PIXELS:
+        return (
+            f"{h}x{w} frames ({leaf.describe()}): over the {MAX_FRAME_PIXELS:,} pixels a "
+            "frame may have in the page, which decodes each frame whole"
         )
     return None
 

@@ -264,3 +264,61 @@ def test_uint8_arrays_shaped_like_pictures_are_cameras_served_as_png(tmp_path):
                     np.asarray(Image.open(io.BytesIO(body))), stored[step]
                 )
         assert client.get("/api/episodes/0/frames/0/4")[0] == 404
+
+
+def test_frames_too_large_for_a_browser_are_refused_whatever_the_feature_declares(tmp_path):
+    """A fixed-size `Image` as large as it likes costs only its declaration to the
+    reader; the page would decode each frame whole (a 20000x20000 PNG of zeros:
+    gigabytes of the browser's memory). Such a camera is left out, and an open
+    size frame over the same pixels is refused."""
+    import io
+    import struct
+    import zlib
+
+    import tensorflow_datasets as tfds
+    from PIL import Image
+
+    def chunk(tag, body):
+        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+
+    def grey_zeros(side):
+        packer = zlib.compressobj(9)
+        rows = b"".join(packer.compress(b"\0" * (1 + side)) for _ in range(side))
+        header = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
+        stream = rows + packer.flush()
+        return b"".join(
+            [
+                b"\x89PNG\r\n\x1a\n",
+                chunk(b"IHDR", header),
+                chunk(b"IDAT", stream),
+                chunk(b"IEND", b""),
+            ]
+        )
+
+    small = io.BytesIO()
+    Image.fromarray(np.full((16, 16), 90, np.uint8)).save(small, format="PNG")
+    big = grey_zeros(4100)  # 16.8 M pixels, ~17 KB stored
+    config = rlds_writer.DatasetConfig(
+        name="large",
+        observation_info={
+            "huge": tfds.features.Image(shape=(4100, 4100, 1)),
+            "open": tfds.features.Image(shape=(None, None, 1)),
+        },
+        action_info=np.int64,
+    )
+    with rlds_writer.TFDSBackendWriter(tmp_path / "large", config) as writer:
+        writer.write_episode(
+            {
+                "observation": {"huge": [big, big], "open": [small.getvalue(), big]},
+                "action": [0],
+            }
+        )
+    with serving(tmp_path / "large") as (_, client):
+        fields = client.json("/api/dataset")["fields"]
+        assert [c["name"] for c in fields["cameras"]] == ["observation/open"]
+        reasons = {f["name"]: f["reason"] for f in fields["left_out"]}
+        assert reasons["observation/huge"].startswith("4100x4100 frames (uint8[4100,4100,1])")
+        assert client.get("/api/episodes/0/frames/0/0")[0] == 200
+        status, _, body = client.get("/api/episodes/0/frames/0/1")
+        error = json.loads(body)["error"]
+        assert status == 415 and "steps/observation/open, step 1: a 4100x4100 frame" in error
