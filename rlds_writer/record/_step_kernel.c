@@ -14,10 +14,7 @@
  * episode's end, a value to cast or refuse, a buffer before `start`) goes to
  * `after(action, result)`, the Python step without the env call, which
  * decides as always. So the kernel never refuses a value: it only takes the
- * common case faster, and stores what the Python step would. `record(action,
- * result)` does the same for a result the caller already has, without the
- * env call (no caller in the package since `RecordRLDSVector` records whole
- * batches on record/batch/).
+ * common case faster, and stores what the Python step would.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -654,25 +651,6 @@ kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject
     return kernel_take(k, action, ts);
 }
 
-/* `record(action, result)`: the step without the env call, for a result the
- * caller already has. */
-static PyObject *
-kernel_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "record() takes the action and the env's result");
-        return NULL;
-    }
-    return kernel_take((StepKernel *)self, args[0], Py_NewRef(args[1]));
-}
-
-static PyMethodDef kernel_methods[] = {
-    {"record", (PyCFunction)(void (*)(void))kernel_record, METH_FASTCALL,
-     "record(action, result): records the env's result of the action as step() does, "
-     "without calling the env; returns the result"},
-    {NULL, NULL, 0, NULL},
-};
-
 /* A numpy dtype's `itemsize` (the descriptor's field moved in NumPy 2); -1: an error is set. */
 static Py_ssize_t
 descr_itemsize(PyObject *dtype)
@@ -960,7 +938,6 @@ static PyTypeObject StepKernelType = {
     .tp_clear = (inquiry)kernel_clear,
     .tp_call = PyVectorcall_Call,
     .tp_members = kernel_members,
-    .tp_methods = kernel_methods,
     .tp_vectorcall_offset = offsetof(StepKernel, vectorcall),
 };
 

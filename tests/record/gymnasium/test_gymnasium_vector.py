@@ -206,8 +206,12 @@ def test_step_returns_the_vector_envs_own_results(tmp_path, info_keys):
 
 
 def _record_batched_and_per_sub_env(tmp_path, make, mode, actions) -> None:
-    """Records the same run a batch at a time and a sub-env at a time (`step_fn`)."""
-    for name, options in (("batch", {}), ("each", {"step_fn": lambda *args: None})):
+    """Records the same run a batch at a time and a sub-env at a time (`step_fn`, `episode_fn`)."""
+    for name, options in (
+        ("batch", {}),
+        ("each", {"step_fn": lambda *args: None}),
+        ("episode", {"episode_fn": lambda *args: None}),
+    ):
         venv = SyncVectorEnv([make] * NUM_ENVS, autoreset_mode=mode)
         env = RecordRLDSVector(venv, tmp_path / name, **options)
         assert (env._batch is not None) == (name == "batch")
@@ -232,7 +236,7 @@ def test_batch_recording_writes_the_records_of_the_per_sub_env_recording(tmp_pat
     actions = np.random.default_rng(3).integers(0, 2, size=(STEPS, NUM_ENVS))
     _record_batched_and_per_sub_env(tmp_path, make_env, mode, actions)
     batched = _records(tmp_path / "batch")
-    assert batched and batched == _records(tmp_path / "each")
+    assert batched and batched == _records(tmp_path / "each") == _records(tmp_path / "episode")
     _check(load(tmp_path / "batch"), reference(actions, mode), step_metadata=False)
 
 
