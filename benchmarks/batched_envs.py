@@ -18,7 +18,8 @@ at N = 64 and 256, as a fraction of the env's own step, and the peak memory
 (max RSS) of an N = 4096 CartPole recording of 1000 steps against the bare env's.
 
 Usage: `python benchmarks/batched_envs.py [--repetitions 3] [--sub-env-steps 200000]
-[--sizes 1 16 ...] [--skip-envpool] [--report [PATH]]`.
+[--sizes 1 16 ...] [--skip-envpool] [--report [PATH]]`; `--cameras` runs the camera
+case instead (`batched_cameras.py`: N sub-envs of 84x84 PNG/JPEG/bytes frames).
 """
 
 from __future__ import annotations
@@ -245,11 +246,27 @@ def main() -> None:
     parser.add_argument(
         "--memory-only", action="store_true", help="only the peak memory (its own section)"
     )
+    parser.add_argument(
+        "--cameras",
+        action="store_true",
+        help="only the camera case (its own section; benchmarks/batched_cameras.py)",
+    )
+    parser.add_argument("--num-envs", type=int, default=64, help="--cameras: sub-envs")
+    parser.add_argument("--steps", type=int, default=150, help="--cameras: vector steps")
+    parser.add_argument("--memory-steps", type=int, default=600, help="--cameras: for peak memory")
     add_report_argument(parser)
     args = parser.parse_args()
 
     if args.memory_only:
         _memory_section(args)
+        return
+    if args.cameras:
+        import batched_cameras
+
+        text = batched_cameras.run(args)
+        if args.report:
+            write_section(args.report, batched_cameras.SECTION, text)
+        print(text)
         return
     load = os.getloadavg()[0]
     times = {(n, v): [] for n in args.sizes for v in VARIANTS}
