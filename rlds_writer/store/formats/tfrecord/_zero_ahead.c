@@ -1,17 +1,15 @@
-/* Zeros written ahead of a shard's records by a thread of its own, without the GIL.
+/* Zeros written up to an offset it is told, by a thread of its own, without the GIL.
  *
- * rlds_writer/store/formats/tfrecord/write_ahead.py keeps zeros ahead of an open shard's
- * records (the page cache then holds large folios ready for them). A
- * `ZeroAhead` writes them on its own thread, so the recording thread neither
- * writes nor wakes anything: the thread reads where the records end from the
- * file position the shard's `writev`s advance (it writes through a duplicate
- * of the shard's descriptor, which shares that position), and when less than
- * half of `ahead` bytes of zeros are left past it, writes more in one
- * `pwrite`, holding its mutex. Between looks it sleeps: until about halfway
- * to when more will be due at the rate the records grow, longer and longer
- * while they do not. It never writes below `floor`: a record about to be written past
- * the zeros claims its bytes first (`advance` waits for the `pwrite` in flight
- * and wakes the thread), so zeros never overwrite a record.
+ * rlds_writer/store/formats/tfrecord/write_ahead.py decides how far ahead of
+ * an open shard's records zeros are written (the page cache then holds large
+ * folios ready for them) and when; this module only carries it out off the
+ * recording thread. `advance(end, to)`: a record is about to be written up to
+ * `end`, and zeros are wanted up to `to`. The thread writes them in `pwrite`s
+ * of at most 1 MiB through a duplicate of the shard's descriptor, holding its
+ * mutex, and sleeps when it has reached `to`; `advance` wakes it only when it
+ * sleeps (a store and a load otherwise). It never writes below `floor`: a
+ * record ending past the zeros claims its bytes first (`advance` waits for the
+ * `pwrite` in flight), so zeros never overwrite a record.
  *
  * `close` only stops the thread (after the `pwrite` in flight): no zero is
  * written once it returns. The thread then exits by itself and the last
@@ -29,13 +27,9 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MAX_WRITE (1 << 20) /* the most one pwrite writes */
-#define ALIGN (64 << 10)    /* zeros end on this boundary: whole large folios */
-#define MIN_SLEEP_NS 50000
-#define MAX_SLEEP_NS 50000000
 
 static const char *zeros; /* MAX_WRITE zero bytes, shared by every ZeroAhead */
 
@@ -43,8 +37,9 @@ typedef struct {
     int fd;         /* the duplicate */
     int owners;     /* the object, the thread, and each advance() in flight */
     int stop;
-    int error;      /* errno of a failed pwrite or lseek: no more zeros are written */
-    int64_t ahead;  /* how far past the records the zeros reach */
+    int error;      /* errno of a failed pwrite: no more zeros are written */
+    int waiting;    /* the thread sleeps on `cv` (or is about to) */
+    int64_t to;     /* zeros are wanted up to here */
     int64_t done;   /* zeros (or claimed records) reach here; read without the mutex */
     int64_t floor;  /* nothing is written below here */
     pthread_mutex_t mu;
@@ -68,29 +63,14 @@ static void release(State *s) {
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-static int64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 static void *run(void *arg) {
     State *s = (State *)arg;
-    int64_t sleep_ns = MIN_SLEEP_NS;
-    int64_t seen = -1, seen_at = 0; /* where the records ended at the last look, and when */
     pthread_mutex_lock(&s->mu);
     while (!s->stop && !s->error) {
-        off_t records = lseek(s->fd, 0, SEEK_CUR);
-        if (records < 0) {
-            s->error = errno ? errno : EIO;
-            break;
-        }
         int64_t start = max64(s->done, s->floor);
-        /* As far ahead as the shard holds, up to `ahead`; more when half is left. */
-        int64_t reach = records < s->ahead ? max64(records, ALIGN) : s->ahead;
-        if (start - records < reach / 2) {
-            int64_t stop = (records + reach) / ALIGN * ALIGN + ALIGN;
-            int64_t n = stop - start;
+        int64_t to = __atomic_load_n(&s->to, __ATOMIC_SEQ_CST);
+        if (to > start) {
+            int64_t n = to - start;
             if (n > MAX_WRITE) n = MAX_WRITE;
             ssize_t written = pwrite(s->fd, zeros, (size_t)n, (off_t)start);
             if (written < 0) {
@@ -101,24 +81,13 @@ static void *run(void *arg) {
             __atomic_store_n(&s->done, start + written, __ATOMIC_RELEASE);
             continue;
         }
-        /* Look again halfway to when, at the rate the records grew since the
-         * last look, more zeros are due; while they do not grow, ever later. */
-        int64_t now = now_ns();
-        if (seen >= 0 && records > seen && now > seen_at) {
-            double per_ns = (double)(records - seen) / (double)(now - seen_at);
-            sleep_ns = (int64_t)((double)(start - records - reach / 2) / per_ns / 2);
-        } else if (records == seen) {
-            sleep_ns *= 2;
-        }
-        if (sleep_ns < MIN_SLEEP_NS) sleep_ns = MIN_SLEEP_NS;
-        if (sleep_ns > MAX_SLEEP_NS) sleep_ns = MAX_SLEEP_NS;
-        seen = records;
-        seen_at = now;
-        struct timespec until;
-        int64_t wake = now + sleep_ns;
-        until.tv_sec = wake / 1000000000;
-        until.tv_nsec = wake % 1000000000;
-        pthread_cond_timedwait(&s->cv, &s->mu, &until);
+        /* Asleep until told more: `advance` stores `to`, then reads `waiting`;
+         * this stores `waiting`, then reads `to` once more, so one of the two
+         * sees the other's store and no request is slept through. */
+        __atomic_store_n(&s->waiting, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&s->to, __ATOMIC_SEQ_CST) <= start && !s->stop)
+            pthread_cond_wait(&s->cv, &s->mu);
+        __atomic_store_n(&s->waiting, 0, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&s->mu);
     release(s);
@@ -147,17 +116,11 @@ static void stop(State *s) {
 }
 
 static int ZeroAhead_init(ZeroAhead *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"fd", "start", "ahead", NULL};
+    static char *kwlist[] = {"fd", NULL};
     int fd;
-    long long start, ahead;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iLL", kwlist, &fd, &start, &ahead)) return -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i", kwlist, &fd)) return -1;
     if (self->state != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "ZeroAhead is already running");
-        return -1;
-    }
-    if (start < 0 || ahead < ALIGN || ahead > MAX_WRITE) {
-        PyErr_Format(PyExc_ValueError, "ZeroAhead: start >= 0 and %d <= ahead <= %d expected",
-                     ALIGN, MAX_WRITE);
         return -1;
     }
     State *s = calloc(1, sizeof(State));
@@ -172,14 +135,8 @@ static int ZeroAhead_init(ZeroAhead *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     s->owners = 2;
-    s->ahead = ahead;
-    s->done = s->floor = start;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cv, &attr);
-    pthread_condattr_destroy(&attr);
+    pthread_cond_init(&s->cv, NULL);
     pthread_attr_t thread_attr;
     pthread_attr_init(&thread_attr);
     pthread_attr_setdetachstate(&thread_attr, PTHREAD_CREATE_DETACHED);
@@ -213,9 +170,15 @@ static State *running(ZeroAhead *self) {
     return self->state;
 }
 
-static PyObject *ZeroAhead_advance(ZeroAhead *self, PyObject *arg) {
-    long long end = PyLong_AsLongLong(arg);
+static PyObject *ZeroAhead_advance(ZeroAhead *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "advance(end, to) takes 2 arguments");
+        return NULL;
+    }
+    long long end = PyLong_AsLongLong(args[0]);
     if (end == -1 && PyErr_Occurred()) return NULL;
+    long long to = PyLong_AsLongLong(args[1]);
+    if (to == -1 && PyErr_Occurred()) return NULL;
     State *s = running(self);
     if (s == NULL) return NULL;
     int error = __atomic_load_n(&s->error, __ATOMIC_ACQUIRE);
@@ -223,18 +186,27 @@ static PyObject *ZeroAhead_advance(ZeroAhead *self, PyObject *arg) {
         errno = error;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+    int wake = 0;
+    int64_t wanted = __atomic_load_n(&s->to, __ATOMIC_RELAXED);
+    while (to > wanted) { /* `to` only grows */
+        if (__atomic_compare_exchange_n(&s->to, &wanted, (int64_t)to, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED)) {
+            wake = __atomic_load_n(&s->waiting, __ATOMIC_SEQ_CST);
+            break;
+        }
+    }
     int64_t done = __atomic_load_n(&s->done, __ATOMIC_ACQUIRE);
-    if (end > done) {
-        /* The records outran the zeros: claim the bytes, and wake the thread.
-         * Without the GIL another thread may close the object meanwhile: this
-         * call owns the state until it is done with it. */
+    if (end > done || wake) {
+        /* A record outran the zeros (it claims its bytes), or the thread sleeps
+         * (it is woken). Without the GIL another thread may close the object
+         * meanwhile: this call owns the state until it is done with it. */
         __atomic_add_fetch(&s->owners, 1, __ATOMIC_ACQ_REL);
         Py_BEGIN_ALLOW_THREADS
         pthread_mutex_lock(&s->mu); /* waits for the pwrite in flight */
         if (end > s->floor) s->floor = end;
         if (end > s->done) __atomic_store_n(&s->done, (int64_t)end, __ATOMIC_RELEASE);
         done = s->done;
-        pthread_cond_signal(&s->cv);
+        if (wake) pthread_cond_signal(&s->cv);
         pthread_mutex_unlock(&s->mu);
         release(s);
         Py_END_ALLOW_THREADS
@@ -251,10 +223,10 @@ static PyObject *ZeroAhead_close(ZeroAhead *self, PyObject *Py_UNUSED(ignored)) 
 }
 
 static PyMethodDef ZeroAhead_methods[] = {
-    {"advance", (PyCFunction)ZeroAhead_advance, METH_O,
-     "advance(end): a record is about to be written up to `end`; no zero is written below\n"
-     "it. Returns where the zeros reach (the next record ending past it calls again).\n"
-     "Raises OSError once a write of zeros failed."},
+    {"advance", (PyCFunction)(void (*)(void))ZeroAhead_advance, METH_FASTCALL,
+     "advance(end, to): a record is about to be written up to `end` (no zero is written\n"
+     "below it), and zeros are wanted up to `to`. Returns where the zeros written so far\n"
+     "(or claimed records) reach. Raises OSError once a write of zeros failed."},
     {"close", (PyCFunction)ZeroAhead_close, METH_NOARGS,
      "close(): stops the thread (after the pwrite in flight); no zero is written after."},
     {NULL, NULL, 0, NULL},
@@ -263,8 +235,7 @@ static PyMethodDef ZeroAhead_methods[] = {
 static PyTypeObject ZeroAheadType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "rlds_writer.store.formats.tfrecord._zero_ahead.ZeroAhead",
-    .tp_doc = "ZeroAhead(fd, start, ahead): keeps zeros up to `ahead` bytes past the "
-              "records of `fd` (which end at its file position, at least `start`), on a thread.",
+    .tp_doc = "ZeroAhead(fd): writes zeros into `fd` up to where `advance` asks, on a thread.",
     .tp_basicsize = sizeof(ZeroAhead),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
@@ -276,7 +247,7 @@ static PyTypeObject ZeroAheadType = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_zero_ahead",
-    .m_doc = "Zeros written ahead of a shard's records on a thread without the GIL.",
+    .m_doc = "Zeros written up to an offset it is told, on a thread without the GIL.",
     .m_size = -1,
 };
 

@@ -5,7 +5,10 @@ appended to fresh space of an ext4 file cost 11.5-13.3 µs, and 2.4-3.6 µs
 written into zeros written ahead in large pieces (benchmarks/REPORT.md). The
 zeros cost about 4 µs per 20 KB themselves: where the `_zero_ahead` extension
 is built they are written on a thread of its own, without the GIL, so the
-recording thread does not wait for them; without it, on the recording thread.
+recording thread does not wait for them; without it, on the recording thread
+(`_ZerosHere`). Either writes zeros up to where it is told and decides
+nothing: when and how far ahead is decided here only (`WriteAhead.before`,
+`zeros_wanted`), on the recording thread, once per half `WRITE_AHEAD` of records.
 
 What it changes on disk: while a shard is open, up to `WRITE_AHEAD` + 64 KiB
 of zeros follow its last record; `WriteAhead.cut` removes them before the
@@ -28,7 +31,7 @@ from typing import Any
 _NOT_LOADED: Any = object()
 # The thread without the GIL (rlds_writer/store/formats/tfrecord/_zero_ahead.c), loaded by the
 # first shard that writes ahead (a short recording never imports it); None
-# where it is not built: zeros written on the recording thread.
+# where it is not built: zeros written on the recording thread (`_ZerosHere`).
 ZeroAhead: Any = _NOT_LOADED
 
 
@@ -45,19 +48,36 @@ def zero_ahead_type() -> Any:
     return ZeroAhead
 
 
-# A shard holding less than this writes nothing ahead (a short recording pays
-# nothing), nor for a record this large (it makes its large folios itself),
-# nor a shard that will take fewer records than this more: starting the
-# thread and cutting the zeros cost about what 10 small records gain (a
-# shard of 5 Catch episodes was 22% slower to record when it wrote ahead).
+# The rule, here only: the two writers of zeros below (the C thread and
+# `_ZerosHere`) write up to where `WriteAhead.before` tells them, and decide
+# nothing. A shard holding less than this writes nothing ahead (a short
+# recording pays nothing), nor for a record this large (it makes its large
+# folios itself), nor a shard that will take fewer records than this more:
+# starting the thread and cutting the zeros cost about what 10 small records
+# gain (a shard of 5 Catch episodes was 22% slower to record when it wrote ahead).
 WRITE_AHEAD_FROM = 64 << 10
 WRITE_AHEAD_RECORD = 64 << 10
 WRITE_AHEAD_MIN_RECORDS = 16
 # How far the zeros reach past the records: as far as the shard holds, up to
-# this; more is requested when half of it is left.
+# this; more is asked for when half of it is left.
 WRITE_AHEAD = 256 << 10
 _ALIGN = 64 << 10  # zeros end on this boundary: whole large folios
 NEVER = 1 << 62  # a check point no shard reaches
+
+
+def zeros_wanted(end: int) -> tuple[int, int]:
+    """Where zeros should reach past records ending at `end`, and half their reach.
+
+    Returns:
+      `(to, half)`: zeros are written up to `to` (as far past `end` as the
+      shard holds, at most `WRITE_AHEAD`, then to the next `_ALIGN` boundary);
+      more are asked for once fewer than `half` bytes of them are left.
+    """
+    reach = min(WRITE_AHEAD, max(end, _ALIGN))
+    return (end + reach) // _ALIGN * _ALIGN + _ALIGN, reach // 2
+
+
+_MAX_WRITE = 1 << 20  # the most one `pwrite` of `_ZerosHere` writes (as the thread's)
 
 
 class _ZerosHere:
@@ -65,23 +85,20 @@ class _ZerosHere:
 
     _buffer: memoryview | None = None
 
-    def __init__(self, fd: int, start: int, ahead: int):
+    def __init__(self, fd: int):
         self._fd = fd
-        self._ahead = ahead
-        self._done = start
+        self._done = 0  # zeros (or records about to be written) reach here
 
-    def advance(self, end: int) -> int:
-        # As far ahead as the shard holds, up to `ahead`; more when half is left.
-        reach = min(self._ahead, max(end, _ALIGN))
-        if self._done - end < reach // 2:
-            stop = (end + reach) // _ALIGN * _ALIGN + _ALIGN
-            if _ZerosHere._buffer is None:
-                _ZerosHere._buffer = memoryview(bytes(WRITE_AHEAD + 2 * _ALIGN))
-            at = max(self._done, end)
-            while at < stop:
-                at += os.pwrite(self._fd, _ZerosHere._buffer[: stop - at], at)
-            self._done = stop
-        return self._done - reach // 2
+    def advance(self, end: int, to: int) -> int:
+        """A record is about to be written up to `end`; zeros up to `to` are
+        written now (never below `end`). Returns where they reach."""
+        if _ZerosHere._buffer is None:
+            _ZerosHere._buffer = memoryview(bytes(_MAX_WRITE))
+        at = max(self._done, end)
+        while at < to:
+            at += os.pwrite(self._fd, _ZerosHere._buffer[: min(to - at, _MAX_WRITE)], at)
+        self._done = at
+        return at
 
     def close(self) -> None:
         pass
@@ -120,9 +137,12 @@ class WriteAhead:
                 if start < WRITE_AHEAD_FROM or end - start >= WRITE_AHEAD_RECORD:
                     return 0  # asked again at the next record
                 self._past_records = True
-                # From this record's end: the thread never waits for it to claim it.
-                zeros = self._zeros = (zero_ahead_type() or _ZerosHere)(self._fd, end, WRITE_AHEAD)
-            return zeros.advance(end)
+                zeros = self._zeros = (zero_ahead_type() or _ZerosHere)(self._fd)
+            to, half = zeros_wanted(end)
+            # Asked again when half the reach is left, or sooner, at the end
+            # of the zeros written by now: the thread's may still be under
+            # way, and a record ending past them claims its bytes from it.
+            return min(zeros.advance(end, to), to - half)
         except OSError:
             # A full disk (or any refusal) ends writing ahead; the records are
             # written as without it and report their own errors.

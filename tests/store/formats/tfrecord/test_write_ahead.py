@@ -26,6 +26,7 @@ from helpers_core import load_episodes
 import rlds_writer
 from rlds_writer.envs import Catch
 from rlds_writer.store.formats import shards
+from rlds_writer.store.formats import tfrecord as tfrecord_package
 from rlds_writer.store.formats.tfrecord import tfrecord, tfrecord_shards, write_ahead
 from rlds_writer.store.storage import storage
 
@@ -34,12 +35,31 @@ PAGE = 4096
 
 @pytest.fixture(params=["thread", "here"])
 def zeros_on(request, monkeypatch):
-    """Zeros written by the C extension's thread, or on the recording thread."""
+    """Zeros written by the C extension's thread, or on the recording thread as
+    in an install without a compiler (the extension cannot be imported)."""
     if request.param == "thread" and write_ahead.zero_ahead_type() is None:
         pytest.skip("the _zero_ahead extension is not built")
     if request.param == "here":
-        monkeypatch.setattr(write_ahead, "ZeroAhead", None)
+        monkeypatch.setitem(sys.modules, "rlds_writer.store.formats.tfrecord._zero_ahead", None)
+        monkeypatch.delattr(tfrecord_package, "_zero_ahead", raising=False)
+        monkeypatch.setattr(write_ahead, "ZeroAhead", write_ahead._NOT_LOADED)
+        assert write_ahead.zero_ahead_type() is None
     return request.param
+
+
+@pytest.fixture
+def zeros_asked(monkeypatch) -> list[int]:
+    """Where `WriteAhead` asked the zeros to reach, call after call (the rule's output)."""
+    asked: list[int] = []
+    real = write_ahead.zeros_wanted
+
+    def zeros_wanted(end):
+        to, half = real(end)
+        asked.append(to)
+        return to, half
+
+    monkeypatch.setattr(write_ahead, "zeros_wanted", zeros_wanted)
+    return asked
 
 
 def _child_exits_cleanly(pid: int, timeout: float = 30.0) -> None:
@@ -93,7 +113,9 @@ def _records_end(path) -> int:
     return tfrecord.scan(path).kept_end
 
 
-def test_an_open_shard_has_zeros_after_its_records_and_close_cuts_them(tmp_path, zeros_on):
+def test_an_open_shard_has_zeros_after_its_records_and_close_cuts_them(
+    tmp_path, zeros_on, zeros_asked
+):
     path = tmp_path / "shard.tfrecord"
     writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
     record = b"\x0a" + bytes(range(256)) * 40  # 10 KB
@@ -106,13 +128,13 @@ def test_an_open_shard_has_zeros_after_its_records_and_close_cuts_them(tmp_path,
     # Nothing ahead before the shard held WRITE_AHEAD_FROM bytes.
     first = write_ahead.WRITE_AHEAD_FROM // frame + 1
     assert sizes[:first] == [(i + 1) * frame for i in range(first)]
-    _wait_for(lambda: os.path.getsize(path) > written)  # zeros ahead of the next record
-    size = os.path.getsize(path)
+    # The zeros reach where the rule asked last, on either path, and no further.
+    assert zeros_asked and zeros_asked[-1] > written
+    _wait_for(lambda: os.path.getsize(path) == zeros_asked[-1])
     with open(path, "rb") as f:
         f.seek(written)
         ahead = f.read()
-    # The zeros thread may write more between the size and the read: all of it zeros.
-    assert len(ahead) >= size - written and ahead.count(0) == len(ahead)
+    assert len(ahead) == zeros_asked[-1] - written and ahead.count(0) == len(ahead)
     writer.close()
     assert os.path.getsize(path) == written
     assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 20
@@ -322,23 +344,48 @@ def test_a_record_that_fits_without_the_zeros_is_written_when_they_took_the_last
     assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * (first + 5)
 
 
-@pytest.mark.skipif(
-    write_ahead.zero_ahead_type() is None, reason="the _zero_ahead extension is not built"
-)
-def test_the_thread_never_writes_zeros_over_a_record_that_outran_them(tmp_path):
-    # Records of up to 600 KB written as fast as possible: they often end past
-    # the zeros (1 MiB ahead at most), so each claims its bytes from the thread.
+def _writer_of_zeros(zeros_on):
+    return write_ahead.zero_ahead_type() if zeros_on == "thread" else write_ahead._ZerosHere
+
+
+def test_a_writer_of_zeros_writes_zeros_up_to_where_it_is_told_and_no_further(
+    tmp_path, zeros_on
+):
+    # Neither the thread nor the recording thread's writer decides anything:
+    # no alignment, no reach of its own, no cap (the rule is `write_ahead`'s).
+    path = tmp_path / "file"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    zeros = _writer_of_zeros(zeros_on)(fd)
+    try:
+        for end, to in ((0, 12_345), (20_000, 20_001), (20_001, (3 << 20) + 7)):
+            done = zeros.advance(end, to)
+            assert end <= done <= to
+            _wait_for(lambda to=to: os.path.getsize(path) == to)
+        time.sleep(0.05)
+        assert zeros.advance(0, 0) == os.path.getsize(path) == (3 << 20) + 7
+    finally:
+        zeros.close()
+        os.close(fd)
+    with open(path, "rb") as f:
+        assert f.read().count(0) == (3 << 20) + 7
+
+
+def test_zeros_are_never_written_over_a_record_that_outran_them(tmp_path, zeros_on):
+    # Records of up to 600 KB written as fast as possible, zeros asked for 1 MiB
+    # past each: on the thread they often end past the zeros written so far,
+    # so each claims its bytes from the thread (fails with the claim removed).
     rng = random.Random(0)
     path = tmp_path / "file"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     expected = bytearray()
-    zeros = write_ahead.zero_ahead_type()(fd, 0, 1 << 20)
+    zeros = _writer_of_zeros(zeros_on)(fd)
     check_at = 0
     for i in range(400):
         record = bytes([i % 251 + 1]) * rng.randint(1, 600_000)
         end = len(expected) + len(record)
         if end > check_at:
-            check_at = zeros.advance(end)
+            check_at = zeros.advance(end, end + (1 << 20))
+            assert check_at >= end
         assert os.write(fd, record) == len(record)
         expected += record
     zeros.close()
@@ -357,11 +404,11 @@ def test_the_thread_never_writes_zeros_over_a_record_that_outran_them(tmp_path):
 )
 def test_a_forked_child_gets_an_error_from_the_thread_it_does_not_have(tmp_path):
     fd = os.open(tmp_path / "file", os.O_WRONLY | os.O_CREAT, 0o644)
-    zeros = write_ahead.zero_ahead_type()(fd, 0, 1 << 20)
+    zeros = write_ahead.zero_ahead_type()(fd)
     pid = os.fork()
     if pid == 0:  # the child: no thread; neither call may wait for its mutex
         try:
-            zeros.advance(10)
+            zeros.advance(10, 20)
         except ValueError:
             zeros.close()
             os._exit(0)
@@ -446,7 +493,7 @@ _MISUSE = textwrap.dedent(
     rounds, deadline = 0, time.monotonic() + float(sys.argv[2])
     while rounds < 300 or time.monotonic() < deadline and rounds < 3000:
         rounds += 1
-        zeros = zero_ahead(fd, 0, 1 << 16)
+        zeros = zero_ahead(fd)
         start = threading.Barrier(len(sys.argv) - 3)
         reached = []
 
@@ -455,7 +502,7 @@ _MISUSE = textwrap.dedent(
             end = 1 << 17
             try:
                 while True:  # each end past the zeros: claimed without the GIL
-                    reached.append(zeros.advance(end) >= end)
+                    reached.append(zeros.advance(end, end + (1 << 16)) >= end)
                     end += 1 << 17
             except ValueError:  # closed meanwhile: refused, as after close()
                 pass
