@@ -17,7 +17,6 @@ import json
 import os
 import pathlib
 import shutil
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from rlds_writer.errors import DiskFullError, IncompatibleDatasetError
@@ -41,11 +40,7 @@ def fsync_file(path: epath.PathLike) -> None:
 def fsync_directory(path: epath.PathLike) -> None:
     """Makes renames, creations and deletions in a local directory durable."""
     if is_local(path):
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        storage.fsync_directory(os.fspath(path))
 
 
 def refuse_symlink(path: epath.PathLike, what: str) -> None:
@@ -65,11 +60,6 @@ def is_local(path: epath.PathLike) -> bool:
     return not storage.is_remote(path)
 
 
-# Files we create never follow a link and never reuse an existing file: a
-# planted symbolic link at a temporary name must not make us write its target.
-_EXCLUSIVE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-
-
 def create_exclusive(path: epath.PathLike, *, replace_stale: bool = False) -> int:
     """Creates the new file `path` for writing and returns its descriptor.
 
@@ -84,47 +74,25 @@ def create_exclusive(path: epath.PathLike, *, replace_stale: bool = False) -> in
     if replace_stale:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-    return os.open(path, _EXCLUSIVE, 0o666)
+    return os.open(path, storage.EXCLUSIVE, 0o666)
 
 
 def temp_path(path: epath.PathLike) -> pathlib.Path:
     """A fresh, unguessable temporary name next to `path` (matched by `TEMP_FILE`)."""
-    path = pathlib.Path(path)
-    # `os.urandom`, as `secrets.token_hex` (whose import, hmac and OpenSSL, is
-    # 2-4 ms of a short recording).
-    return path.parent / f".{path.name}.tmp-{os.getpid()}-{os.urandom(8).hex()}"
+    return pathlib.Path(storage.temp_name(os.fspath(path)))
 
 
-@contextlib.contextmanager
-def atomic_file(path: epath.PathLike, fsync: bool = False) -> Iterator[BinaryIO]:
-    """Yields a binary file that replaces `path` when the block ends without error.
+def atomic_file(
+    path: epath.PathLike, fsync: bool = False
+) -> contextlib.AbstractContextManager[BinaryIO]:
+    """Yields a binary file that replaces the local `path` when the block ends without error.
 
-    The file is a new temporary one next to `path` (`temp_path`, created
-    exclusively, never through a link); on error it is removed and `path` is
-    unchanged. `os.replace` swaps a link at `path` itself, never its target.
+    `store.storage.storage.atomic_local_file`, the one atomic replacement
+    (`LocalStorage.replace_bytes` is it too): a temporary file next to `path`,
+    created exclusively, never through a link, renamed over it; on error
+    removed, and `path` unchanged.
     """
-    path = pathlib.Path(path)
-    while True:
-        tmp = temp_path(path)
-        try:
-            fd = create_exclusive(tmp)
-            break
-        except FileExistsError:  # a name taken by chance (or planted): draw another
-            continue
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            if fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        # A full disk must not also leave half a file behind.
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if fsync:
-        fsync_directory(path.parent)
+    return storage.atomic_local_file(os.fspath(path), fsync)
 
 
 def atomic_write_text(path: epath.PathLike, text: str, fsync: bool = False) -> None:

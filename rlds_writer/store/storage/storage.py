@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO, Protocol
 
 from rlds_writer.errors import StorageNotSupportedError
@@ -42,7 +42,9 @@ __all__ = [
     "is_remote",
     "storage_for",
 ]
-_EXCLUSIVE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+# Files we create never follow a link and never reuse an existing file: a
+# planted symbolic link at a temporary name must not make us write its target.
+EXCLUSIVE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 class RandomAccess(Protocol):
@@ -216,34 +218,12 @@ class LocalStorage(Storage):
         return LocalRandomAccess(local_path(path))
 
     def replace_bytes(self, path: str, data: bytes, fsync: bool = False) -> None:
-        path = local_path(path)
-        directory, name = os.path.split(path)
-        while True:
-            # Matched by store.layout's temporary-file pattern, cleaned by recovery.
-            tmp = os.path.join(directory, f".{name}.tmp-{os.getpid()}-{os.urandom(8).hex()}")
-            try:
-                fd = os.open(tmp, _EXCLUSIVE, 0o666)
-                break
-            except FileExistsError:  # taken by chance (or planted): draw another
-                continue
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                if fsync:
-                    os.fsync(f.fileno())
-            # Swaps a link at `path` itself, never its target.
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        if fsync:
-            fsync_directory(directory or ".")
+        with atomic_local_file(local_path(path), fsync) as f:
+            f.write(data)
 
     def create_exclusive(self, path: str, data: bytes) -> bool:
         try:
-            fd = os.open(local_path(path), _EXCLUSIVE, 0o644)
+            fd = os.open(local_path(path), EXCLUSIVE, 0o644)
         except FileExistsError:
             return False
         try:
@@ -274,6 +254,51 @@ class LocalStorage(Storage):
 
     def download(self, source: str, local_destination: str) -> None:
         self.copy(source, local_destination)
+
+
+def temp_name(path: str) -> str:
+    """A fresh, unguessable temporary name next to the local `path`.
+
+    Matched by `store.dataset.layout.TEMP_FILE`, so `recover` cleans one a
+    killed writer left. `os.urandom`, as `secrets.token_hex` (whose import,
+    hmac and OpenSSL, is 2-4 ms of a short recording).
+    """
+    directory, name = os.path.split(path)
+    return os.path.join(directory, f".{name}.tmp-{os.getpid()}-{os.urandom(8).hex()}")
+
+
+@contextlib.contextmanager
+def atomic_local_file(path: str, fsync: bool = False) -> Iterator[BinaryIO]:
+    """Yields a binary file that replaces the local `path` when the block ends without error.
+
+    The one atomic replacement of a local file (`LocalStorage.replace_bytes`
+    and `store.storage.file_io.atomic_file` are this): a new temporary file
+    next to `path` (`temp_name`, created exclusively, never through a link),
+    renamed over it, so a reader sees the old file or the new one. On error it
+    is removed and `path` is unchanged. `os.replace` swaps a link at `path`
+    itself, never its target. With `fsync`, the data and the rename are durable.
+    """
+    while True:
+        tmp = temp_name(path)
+        try:
+            fd = os.open(tmp, EXCLUSIVE, 0o666)
+            break
+        except FileExistsError:  # a name taken by chance (or planted): draw another
+            continue
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk must not also leave half a file behind.
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if fsync:
+        fsync_directory(os.path.dirname(path) or ".")
 
 
 def fsync_directory(path: str) -> None:

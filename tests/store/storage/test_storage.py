@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from rlds_writer.errors import MissingDependencyError, RLDSWriterError, UploadFailedError
-from rlds_writer.store.storage import storage, storage_remote
+from rlds_writer.store.storage import file_io, storage, storage_remote
 from rlds_writer.store.storage.storage import (
     FsspecStorage,
     LocalStorage,
@@ -160,6 +160,49 @@ def test_protocol_without_conditional_create_refuses_a_lock():
     with pytest.raises(StorageNotSupportedError, match="cannot take the one-writer lock"):
         fs.create_exclusive("rldsplain://run/.lock", b"x")
     assert not fs.exists("rldsplain://run/.lock")
+
+
+def _replace_bytes(path, data, fsync):
+    LocalStorage().replace_bytes(str(path), data, fsync)
+
+
+def _atomic_file(path, data, fsync):
+    with file_io.atomic_file(path, fsync) as f:
+        f.write(data)
+
+
+@pytest.mark.parametrize(
+    "write", [_replace_bytes, _atomic_file], ids=["replace_bytes", "atomic_file"]
+)
+def test_a_local_file_is_replaced_whole_never_through_a_link_and_kept_on_error(
+    tmp_path, monkeypatch, write
+):
+    # Both ways of replacing a local file are one function (storage.atomic_local_file).
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    target = tmp_path / "info.json"
+    target.symlink_to(victim)
+    # The first temporary name drawn is taken by a planted link: another is drawn.
+    planted = tmp_path / f".info.json.tmp-{os.getpid()}-{'00' * 8}"
+    planted.symlink_to(victim)
+    draws, urandom = iter([bytes(8)]), os.urandom
+    monkeypatch.setattr(os, "urandom", lambda n: next(draws, None) or urandom(n))
+    calls, atomic_local_file = [], storage.atomic_local_file
+
+    def spy(path, fsync=False):
+        calls.append(path)
+        return atomic_local_file(path, fsync)
+
+    monkeypatch.setattr(storage, "atomic_local_file", spy)
+    write(target, b"new", True)
+    assert calls == [str(target)]  # the one implementation, whichever the entry
+    assert not target.is_symlink() and target.read_bytes() == b"new"  # the link itself replaced
+    assert victim.read_bytes() == b"keep" and planted.is_symlink()
+    planted.unlink()
+    with pytest.raises(TypeError):  # a failed write leaves the old file, and no temporary
+        write(target, object(), False)
+    assert target.read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["info.json", "victim"]
 
 
 def test_remote_random_access_reads_ranges_not_the_object(s3_bucket):

@@ -348,9 +348,7 @@ def _writer_of_zeros(zeros_on):
     return write_ahead.zero_ahead_type() if zeros_on == "thread" else write_ahead._ZerosHere
 
 
-def test_a_writer_of_zeros_writes_zeros_up_to_where_it_is_told_and_no_further(
-    tmp_path, zeros_on
-):
+def test_a_writer_of_zeros_writes_zeros_up_to_where_it_is_told_and_no_further(tmp_path, zeros_on):
     # Neither the thread nor the recording thread's writer decides anything:
     # no alignment, no reach of its own, no cap (the rule is `write_ahead`'s).
     path = tmp_path / "file"
