@@ -19,6 +19,7 @@ one `RecordRLDS` writes for that sub-env alone. Episodes still open at
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -145,6 +146,8 @@ class BatchRecorder:
         ]
         # Episodes that end together are encoded together where every field allows.
         self._batched = self.writer.batch_encoder is not None
+        # A batch's memory per step (its columns and flags), for the writer's queue budget.
+        self._row_nbytes = sum(f.spec.row_nbytes for f in self._fields) + 3
         self._metadata_keys = list(self._layout.metadata_keys)
         self._checked: dict[tuple[str, int], tuple[type, tuple, np.dtype]] = {}
         close_at_exit(self)
@@ -328,22 +331,37 @@ class BatchRecorder:
         terminated = np.broadcast_to(np.asarray(terminated, np.bool_), envs.shape)
         if cut_short:
             terminated = np.zeros(envs.shape, np.bool_)
-        by_env = dict(zip(envs.tolist(), terminated.tolist()))
-        together, apart = self._ring.gather(envs)
+        together, apart = self._ring.gather(envs, later=self._batched)
         write, split = self.writer.write, self.split
         if together is not None:
-            ids, offsets, steps, columns = together
-            by_slot = np.zeros(self.num_envs, np.bool_)
-            by_slot[envs] = terminated
-            ended = by_slot[ids]
+            ids, offsets, steps, columns = together[:4]
+            if len(ids) == len(envs):  # none spilled: the same sub-envs, in order
+                ended = terminated
+            else:
+                by_slot = np.zeros(self.num_envs, np.bool_)
+                by_slot[envs] = terminated
+                ended = by_slot[ids]
             if cut_short:
                 reasons = np.full(len(ids), 2, np.int64)
             else:
                 reasons = np.where(ended, 0, 1)
-            self._add_flags(columns, offsets, steps, ended)
-            if self._batched:
+            if len(together) == 5:  # cut from the ring later, by the writer thread
+                batch = EpisodeBatch(
+                    None,
+                    offsets,
+                    steps,
+                    reasons,
+                    self._reason_values,
+                    fill=functools.partial(self._flagged, columns, offsets, steps, ended),
+                    nbytes=int(offsets[-1] + steps[-1]) * self._row_nbytes,
+                )
+                self._ring.defer(together[4], batch)
+                write(batch, split)
+            elif self._batched:
+                self._add_flags(columns, offsets, steps, ended)
                 write(EpisodeBatch(columns, offsets, steps, reasons, self._reason_values), split)
             else:
+                self._add_flags(columns, offsets, steps, ended)
                 frames = self._frames
                 for j, (lo, n) in enumerate(zip(offsets.tolist(), steps.tolist())):
                     values = dict(self._reason_values[reasons[j]])
@@ -353,6 +371,7 @@ class BatchRecorder:
                     if self._object_keys:
                         objects.as_lists(episode, self._object_keys)
                     write(Episode(episode, values, n), split)
+        by_env = dict(zip(envs.tolist(), terminated.tolist())) if apart else {}
         for i, n, columns in apart:
             ended = by_env[i]
             reason = 2 if cut_short else (0 if ended else 1)
@@ -362,6 +381,13 @@ class BatchRecorder:
             if self._object_keys:
                 objects.as_lists(columns, self._object_keys)
             write(Episode(columns, dict(self._reason_values[reason]), n), split)
+
+    def _flagged(
+        self, fill: Any, offsets: np.ndarray, steps: np.ndarray, ended: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        columns = fill()
+        self._add_flags(columns, offsets, steps, ended)
+        return columns
 
     def _add_flags(
         self, columns: dict[str, Any], offsets: np.ndarray, steps: np.ndarray, ended: np.ndarray

@@ -22,6 +22,7 @@ spilled by open episodes and what the writer holds.
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import numpy as np
@@ -95,6 +96,15 @@ class TimeRing:
         self.tvec: np.ndarray | None = np.zeros(num_envs, np.int64) if per_env else None
         # sub-env -> field key -> rows copied out of the ring, in order
         self.spilled: dict[int, dict[str, list[np.ndarray]]] = {}
+        # Batches whose columns are still to be cut from the ring (`gather(later=True)`):
+        # (their oldest row, the batch); made before a chunk holding their rows is
+        # overwritten, if the writer thread has not made them by then.
+        self.deferred: collections.deque[tuple[int, Any]] = collections.deque()
+        self.can_defer = (
+            per_env is False
+            and batch_records.native is not None
+            and not any(f.spec.dtype.hasobject for f in fields)
+        )
 
     # ------------------------------------------------------------ per step
 
@@ -135,9 +145,21 @@ class TimeRing:
         for i in full.tolist():
             self.spill(i)
 
+    def defer(self, oldest: int, batch: Any) -> None:
+        """Keeps `batch` (its `materialize()` reads rows from `oldest` on) until made."""
+        self.deferred.append((oldest, batch))
+
     def _spill_before_overwrite(self, t: int) -> None:
         # The next chunk's rows overwrite rows t - size ... t + chunk - 1 - size.
         limit = t + self.chunk - self.size
+        if self.deferred:
+            kept: collections.deque[tuple[int, Any]] = collections.deque()
+            for oldest, batch in self.deferred:
+                if oldest < limit:  # the writer thread is behind: cut them out here
+                    batch.materialize()
+                elif batch.pending:
+                    kept.append((oldest, batch))
+            self.deferred = kept
         for i in np.flatnonzero(self.open & (self.start < limit)):
             self.spill(int(i))
 
@@ -157,12 +179,22 @@ class TimeRing:
 
     # ------------------------------------------------------- episode ends
 
-    def gather(self, envs: np.ndarray) -> tuple[Any, list[tuple[int, int, dict[str, np.ndarray]]]]:
+    def gather(
+        self, envs: np.ndarray, later: bool = False
+    ) -> tuple[Any, list[tuple[int, int, dict[str, np.ndarray]]]]:
         """Ends the open episodes of `envs` at their last written row; returns their columns.
+
+        Args:
+          envs: the sub-envs.
+          later: where `can_defer`, `together`'s columns are a function that
+            cuts them from the ring when called (on any thread; the episodes'
+            first observations are copied now), and its fourth item is the
+            oldest ring row it reads: give the batch made of it to `defer`.
 
         Returns:
           `(together, apart)`: `together` is `(envs, offsets, steps, columns)`
-          for the episodes wholly in the ring, episode `j` being rows
+          (`later`: `(envs, offsets, steps, fill, oldest)`) for the episodes
+          wholly in the ring, episode `j` being rows
           `offsets[j] .. offsets[j] + steps[j] - 1` of each column (or None);
           `apart` is `(env, num_steps, columns)` for each spilled one. Both
           RLDS-aligned: the final step's transition values are zeros.
@@ -174,7 +206,11 @@ class TimeRing:
             spilled = np.array([i in self.spilled for i in envs.tolist()], np.bool_)
             apart = [self._gather_spilled(i) for i in envs[spilled].tolist()]
             envs = envs[~spilled]
-        return (self._gather_ring(envs) if len(envs) else None), apart
+        if not len(envs):
+            return None, apart
+        if later and self.can_defer:
+            return self._gather_later(envs), apart
+        return self._gather_ring(envs), apart
 
     def _gather_ring(self, envs: np.ndarray) -> tuple[Any, ...]:
         # Every episode's rows in one index per field: episode j is steps
@@ -221,6 +257,31 @@ class TimeRing:
                 column[finals] = field.zero
             columns[key] = column
         return envs, offsets, steps, columns
+
+    def _gather_later(self, envs: np.ndarray) -> tuple[Any, ...]:
+        last = self.t - 1
+        starts = self.start[envs]
+        rows_per = last - starts + 1
+        steps = rows_per + 1
+        offsets = np.cumsum(steps) - steps
+        total = int(steps[-1] + offsets[-1])
+        # The first observations now: a reset on this step overwrites them.
+        firsts = {key: head[envs] for key, head in self.heads.items()}
+        ring, zeros, fields = self.ring, self.zeros, self.fields
+        gather = batch_records.native.gather
+
+        def fill() -> dict[str, np.ndarray]:
+            columns = {}
+            for field in fields:
+                key, spec = field.key, field.spec
+                column = columns[key] = np.empty((total, *spec.shape), spec.dtype)
+                if field.role == OBSERVATION_LIKE:
+                    gather(column, ring[key], firsts[key], envs, starts, rows_per, offsets, 2)
+                else:
+                    gather(column, ring[key], zeros[key], envs, starts, rows_per, offsets, 0)
+            return columns
+
+        return envs, offsets, steps, fill, int(starts.min())
 
     def _gather_spilled(self, i: int) -> tuple[int, int, dict[str, np.ndarray]]:
         spilled = self.spilled.pop(i)

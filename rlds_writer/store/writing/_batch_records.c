@@ -3,9 +3,10 @@
  * gather(out, ring, first, envs, starts, counts, offsets, head)
  *     cuts the episodes that end on one vector step out of a field's
  *     time-major ring [L, N, row] into one column, episode j at rows
- *     offsets[j] ...: `head` true (observations) puts first[envs[j]] first
- *     then the ring's rows; false (actions, rewards) puts the ring's rows
- *     then `first` (the final step's zero row). Ring rows wrap modulo L.
+ *     offsets[j] ...: `head` 1 (observations) puts first[envs[j]] first
+ *     then the ring's rows, 2 the same with first[j] (first rows copied
+ *     out per episode); 0 (actions, rewards) puts the ring's rows then
+ *     `first` (the final step's zero row). Ring rows wrap modulo L.
  *
  * encode(fields, offsets, steps, reasons, constants) -> (buffer, starts, lengths)
  *     writes every episode's tf.train.Example, framed as a TFRecord record
@@ -60,7 +61,7 @@ get_index(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *name)
     for (Py_ssize_t j = 0; j < count; j++) {                                                \
         char *o = dst + at[j] * (width);                                                    \
         if (head) {                                                                         \
-            memcpy(o, firsts + env[j] * (width), (width));                                  \
+            memcpy(o, firsts + (head == 1 ? env[j] : j) * (width), (width));                \
             o += (width);                                                                   \
         }                                                                                   \
         int64_t r = start[j] % size;                                                        \
@@ -86,8 +87,12 @@ gather(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         "gather(out, ring, first, envs, starts, counts, offsets, head)");
         return NULL;
     }
-    int head = PyObject_IsTrue(args[7]);
-    if (head < 0) {
+    long head = PyLong_AsLong(args[7]);
+    if (head == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (head < 0 || head > 2) {
+        PyErr_SetString(PyExc_ValueError, "gather: head is 0, 1 or 2");
         return NULL;
     }
     Py_buffer out, ring, first, envs, starts, counts, offsets;
@@ -149,7 +154,7 @@ gather(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const int64_t *env = envs.buf, *start = starts.buf, *n = counts.buf, *at = offsets.buf;
     /* Every index is checked before anything is copied. */
     for (Py_ssize_t j = 0; j < count; j++) {
-        int64_t f = head ? env[j] : 0;
+        int64_t f = head == 1 ? env[j] : head == 2 ? j : 0;
         if (env[j] < 0 || env[j] >= num_envs || n[j] < 0 || start[j] < 0 || at[j] < 0 ||
             at[j] + n[j] + 1 > out_rows || f >= first.shape[0]) {
             PyErr_Format(PyExc_IndexError, "gather: episode %zd is out of bounds", j);

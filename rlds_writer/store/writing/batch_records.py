@@ -21,6 +21,8 @@ one by one.
 from __future__ import annotations
 
 import struct
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,32 +57,68 @@ class EpisodeBatch:
       count: the number of episodes `E`.
       num_steps: their steps in all.
       nbytes: the memory the columns hold (for the writer's queue budget).
+
+    A batch made with `fill` (and `columns=None`, `nbytes` given) gets its
+    columns from `fill()` once, on the first thread that needs them: the
+    writer thread as it encodes the batch, or the recorder's before it
+    overwrites the rows `fill` reads (`materialize`).
     """
 
     __slots__ = (
-        "columns", "offsets", "steps", "reasons", "episode_values", "count", "num_steps", "nbytes",
+        "_columns", "_fill", "_lock", "offsets", "steps", "reasons", "episode_values", "count",
+        "num_steps", "nbytes",
     )  # fmt: skip
 
     def __init__(
         self,
-        columns: dict[str, np.ndarray],
+        columns: dict[str, np.ndarray] | None,
         offsets: np.ndarray,
         steps: np.ndarray,
         reasons: np.ndarray,
         episode_values: list[dict[str, Any]],
+        fill: Callable[[], dict[str, np.ndarray]] | None = None,
+        nbytes: int | None = None,
     ):
-        self.columns = columns
+        self._columns = columns
+        self._fill = fill
+        self._lock = threading.Lock() if fill is not None else None
         self.offsets = offsets
         self.steps = steps
         self.reasons = reasons
         self.episode_values = episode_values
         self.count = len(steps)
         self.num_steps = int(steps.sum())
-        self.nbytes = sum(c.nbytes for c in columns.values())
+        if nbytes is None:
+            nbytes = sum(c.nbytes for c in columns.values())
+        self.nbytes = nbytes
+
+    @property
+    def columns(self) -> dict[str, np.ndarray]:
+        if self._fill is not None:
+            self.materialize()
+        return self._columns
+
+    @property
+    def pending(self) -> bool:
+        """Whether the columns are still to be made (`fill` not called yet)."""
+        return self._fill is not None
+
+    def materialize(self) -> None:
+        """Makes the columns now if they are not made yet (any thread, once)."""
+        if self._lock is None:
+            return
+        with self._lock:
+            if self._fill is not None:
+                self._columns = self._fill()
+                self._fill = None
 
     def release(self) -> None:
         """Drops the columns once the records are written."""
-        self.columns = {}
+        if self._lock is None:
+            self._columns = {}
+            return
+        with self._lock:
+            self._columns, self._fill = {}, None
 
 
 def supports(fields: list[FieldSpec]) -> bool:

@@ -15,6 +15,7 @@ from batch_envs import Hops, Words, play_alone, records
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from rlds_writer.record.gymnasium.gymnasium_vector import RecordRLDSVector
+from rlds_writer.store.writing.batch_records import EpisodeBatch
 
 N = 5
 SEED = 11
@@ -26,20 +27,39 @@ def _actions(steps: int = STEPS) -> np.ndarray:
 
 
 def _record_batched(
-    path, mode: AutoresetMode, actions, make_env=Hops, **options
+    path, mode: AutoresetMode, actions, make_env=Hops, hold_writer: bool = False, **options
 ) -> list[list[bool]]:
-    """Records the vector env; returns, per step, which sub-envs were reset after it (disabled)."""
+    """Records the vector env; returns, per step, which sub-envs were reset after it (disabled).
+
+    `hold_writer`: the writer thread is kept from writing until the last step,
+    so the env thread itself cuts the ended episodes out of the ring before
+    it overwrites their rows.
+    """
     venv = SyncVectorEnv([make_env] * N, autoreset_mode=mode)
+    if hold_writer:
+        options = {**options, "queue_size": 10_000, "max_queue_bytes": 1 << 30}
     env = RecordRLDSVector(venv, path, **options)
     assert env._batch is not None  # the batch recording, not a sub-env at a time
     env.reset(seed=[SEED + i for i in range(N)])
+    writer = env._batch.core.writer
+    if hold_writer:
+        writer._io_lock.acquire()
     resets = []
-    for step_actions in actions:
-        _, _, te, tr, _ = env.step(step_actions)
-        done = np.logical_or(te, tr)
-        resets.append(done.tolist())
-        if mode == AutoresetMode.DISABLED and done.any():
-            env.reset(options={"reset_mask": done})
+    try:
+        for step_actions in actions:
+            _, _, te, tr, _ = env.step(step_actions)
+            done = np.logical_or(te, tr)
+            resets.append(done.tolist())
+            if mode == AutoresetMode.DISABLED and done.any():
+                env.reset(options={"reset_mask": done})
+        if hold_writer:
+            queued = [p for _, p in writer._queue.queue if isinstance(p, EpisodeBatch)]
+            made = [not p.pending for p in queued]
+            # The oldest were cut here (their rows were to be overwritten), the newest not.
+            assert any(made) and not all(made)
+    finally:
+        if hold_writer:
+            writer._io_lock.release()
     env.close()
     return resets
 
@@ -47,8 +67,8 @@ def _record_batched(
 @pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.value)
 @pytest.mark.parametrize(
     "options",
-    [{}, {"info_keys": ["t", "x"], "discount": True}],
-    ids=["plain", "info-keys-discount"],
+    [{}, {"info_keys": ["t", "x"], "discount": True}, {"hold_writer": True}],
+    ids=["plain", "info-keys-discount", "writer-behind"],
 )
 def test_batched_episodes_are_byte_identical_to_each_sub_env_recorded_alone(
     tmp_path, mode, options
@@ -65,7 +85,7 @@ def test_batched_episodes_are_byte_identical_to_each_sub_env_recorded_alone(
             [a[i] for a in actions],
             mode.value,
             [r[i] for r in resets],
-            **options,
+            **{k: v for k, v in options.items() if k != "hold_writer"},
         )
         want.update(records(tmp_path / f"alone{i}"))
     got = records(tmp_path / "batched")
