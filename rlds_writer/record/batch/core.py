@@ -147,7 +147,7 @@ class BatchRecorder:
         # Episodes that end together are encoded together where every field allows.
         self._batched = self.writer.batch_encoder is not None
         # A batch's memory per step (its columns and flags), for the writer's queue budget.
-        self._row_nbytes = sum(f.spec.row_nbytes for f in self._fields) + 3
+        self._row_nbytes = sum(f.spec.row_nbytes for f in self._fields) + 3 if self._batched else 0
         self._metadata_keys = list(self._layout.metadata_keys)
         self._checked: dict[tuple[str, int], tuple[type, tuple, np.dtype]] = {}
         close_at_exit(self)
