@@ -27,7 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from rlds_writer.store.episodes.episode_data import ChunkedRows
 from rlds_writer.store.features import field_specs
+from rlds_writer.store.features.field_specs import BYTES
 from rlds_writer.store.writing import batch_records
 
 OBSERVATION_LIKE = "observation"  # a head, then one row per transition
@@ -39,6 +41,9 @@ DEFAULT_RING_BYTES = 32 << 20
 CHUNKS = 4
 _MIN_CHUNK_STEPS = 8
 _MAX_CHUNK_STEPS = 1024
+# Raw bytes rows of at least this many bytes leave a spilled episode in parts
+# (`ChunkedRows`).
+LARGE_ROWS = 8192
 
 
 class BatchField:
@@ -296,7 +301,12 @@ class TimeRing:
                 zero = np.empty((1, *field.spec.shape), field.spec.dtype)
                 zero[...] = field.zero  # (an object field's zero is a 0-d holder)
                 parts.append(zero)
-            columns[key] = np.concatenate(parts)
+            if getattr(field.spec, "kind", None) == BYTES and field.spec.row_nbytes >= LARGE_ROWS:
+                # Raw frames: the encoder writes the parts' rows as they are
+                # (joining them would copy the episode once more).
+                columns[key] = ChunkedRows(parts, sum(map(len, parts)))
+            else:
+                columns[key] = np.concatenate(parts)
         n = len(next(iter(columns.values())))
         return i, n, columns
 

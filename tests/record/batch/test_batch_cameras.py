@@ -24,7 +24,7 @@ SEED = 4
     [
         ("png", AutoresetMode.SAME_STEP, None),
         ("jpeg", AutoresetMode.NEXT_STEP, 1),  # a 32-row ring: 80-step episodes spill
-        ("bytes", AutoresetMode.SAME_STEP, None),
+        ("bytes", AutoresetMode.SAME_STEP, 1),  # spilled raw frames: in parts
     ],
 )
 def test_batched_camera_frames_are_the_records_of_each_sub_env_alone(
