@@ -59,3 +59,47 @@ def test_batched_camera_frames_are_the_records_of_each_sub_env_alone(
         want.update(records(path))
     got = records(tmp_path / "batched")
     assert sum(want.values()) >= 10 and got == want
+
+
+def test_frames_of_sub_envs_stepped_apart_are_the_records_of_each_alone(tmp_path):
+    # EnvPool's async shape: each call steps or resets some sub-envs
+    # (`per_env`, `env_ids`); a sub-env that ended is reset by its next turn.
+    from rlds_writer.record import spaces
+    from rlds_writer.record.batch import BatchRecorder
+
+    n, rng = 4, np.random.default_rng(2)
+    config = spaces.spaces_config(Camera.observation_space, Camera.action_space, "apart")
+    rec = BatchRecorder(tmp_path / "batched", config, n, per_env=True, ring_bytes=1)
+    envs = [Camera() for _ in range(n)]
+    given: list[list[np.ndarray]] = [[] for _ in range(n)]
+    pending = np.zeros(n, bool)
+    obs = np.stack([env.reset(seed=SEED + i)[0] for i, env in enumerate(envs)])
+    rec.begin(obs, env_ids=np.arange(n))
+    for _ in range(120):
+        ids = np.flatnonzero(rng.random(n) < 0.6)
+        actions = rng.uniform(-1, 1, (len(ids), 2)).astype(np.float32)
+        for i, action in zip(ids.tolist(), actions):
+            given[i].append(action)
+        stepping = ~pending[ids]
+        resets, steps = ids[~stepping], ids[stepping]
+        if len(resets):
+            rec.begin(np.stack([envs[i].reset()[0] for i in resets]), env_ids=resets)
+            pending[resets] = False
+        if len(steps):
+            results = [envs[i].step(a) for i, a in zip(steps, actions[stepping])]
+            rec.add(
+                actions[stepping],
+                np.array([r[1] for r in results], np.float32),
+                None,
+                np.stack([r[0] for r in results]),
+                env_ids=steps,
+            )
+            done = np.array([r[2] or r[3] for r in results])
+            rec.end(done, np.array([r[2] for r in results]), env_ids=steps)
+            pending[steps[done]] = True
+    rec.close()
+    want = records(tmp_path / "batched").__class__()
+    for i in range(n):
+        play_alone(Camera, tmp_path / f"alone{i}", SEED + i, given[i], "NextStep")
+        want.update(records(tmp_path / f"alone{i}"))
+    assert sum(want.values()) >= 8 and records(tmp_path / "batched") == want
