@@ -321,16 +321,23 @@ class BatchRecorder:
         ids = self._ids(env_ids)
         rows = self.num_envs if ids is None else len(ids)
         picked = np.flatnonzero(self._mask(mask, rows))
-        terminated = np.broadcast_to(np.asarray(terminated, np.bool_), (rows,))
+        if not len(picked):
+            return
+        if type(terminated) is not np.ndarray or terminated.shape != (rows,):
+            terminated = np.broadcast_to(np.asarray(terminated, np.bool_), (rows,))
+        terminated = terminated[picked].astype(np.bool_, copy=False)  # a copy of its own
         envs = picked if ids is None else ids[picked]
         keep = self._ring.open[envs]
-        if keep.any():
-            self._end_envs(envs[keep], terminated[picked][keep], cut_short=cut_short)
+        if keep.all():  # the usual case: every sub-env named has an episode open
+            self._end_envs(envs, terminated, cut_short=cut_short)
+        elif keep.any():
+            self._end_envs(envs[keep], terminated[keep], cut_short=cut_short)
 
     def _end_envs(self, envs: np.ndarray, terminated: Any, cut_short: bool) -> None:
-        terminated = np.broadcast_to(np.asarray(terminated, np.bool_), envs.shape)
         if cut_short:
             terminated = np.zeros(envs.shape, np.bool_)
+        elif type(terminated) is not np.ndarray or terminated.shape != envs.shape:
+            terminated = np.broadcast_to(np.asarray(terminated, np.bool_), envs.shape)
         together, apart = self._ring.gather(envs, later=self._batched)
         write, split = self.writer.write, self.split
         if together is not None:
