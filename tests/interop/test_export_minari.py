@@ -221,3 +221,21 @@ def test_a_discount_minari_cannot_express_is_kept_in_infos(tmp_path, minari_root
     np.testing.assert_array_equal(episode.infos["discount"], stored["steps"]["discount"])
     assert episode.infos["discount"][0] == np.float32(0.9)
     assert episode.terminations[-1]
+
+
+def test_one_element_rewards_of_datasets_tfds_wrote_are_minaris_scalars(tmp_path, minari_root):
+    """RL Unplugged RWRL's rewards are `(1,)` (written by TFDS itself): Minari's
+    `rewards` are one number per step, `(T,)`, as its own collector stores them;
+    a reward of several numbers stays a vector."""
+    from helpers_rlu import write_rwrl_like
+
+    for shape, dataset_id in (((1,), "rwrl/one-v0"), ((2,), "rwrl/two-v0")):
+        write_rwrl_like(tmp_path / str(shape[0]), [4, 3], reward_shape=shape)
+        stored = list(rlds_writer.open_dataset(tmp_path / str(shape[0])).episodes("train"))
+        rlds_writer.interop.export.export_minari(tmp_path / str(shape[0]), dataset_id)
+        episodes = list(minari.load_dataset(dataset_id).iterate_episodes())
+        for episode, source in zip(episodes, stored, strict=True):
+            t = len(source["steps"]["reward"]) - 1
+            want = source["steps"]["reward"][:t]
+            assert episode.rewards.shape == ((t,) if shape == (1,) else (t, 2))
+            np.testing.assert_array_equal(episode.rewards, want.reshape(episode.rewards.shape))

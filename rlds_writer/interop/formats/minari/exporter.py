@@ -89,6 +89,15 @@ def _attribute(value: Any) -> Any:
     return value
 
 
+def _rewards(reward: Any, t: int) -> np.ndarray:
+    """Minari's `rewards`: `(t,)`, as its collector stores a Gymnasium reward; a
+    one-element reward (RL Unplugged RWRL's `(1,)`) is that number, a vector stays."""
+    if reward is None:
+        return np.zeros(t, np.float32)
+    reward = np.asarray(reward)[:t]
+    return reward.reshape(t) if reward.ndim > 1 and reward[0].size == 1 else reward
+
+
 def _buffer(
     episode: Mapping[str, Any], end: str, index: int, arrow: bool = False
 ) -> tuple[Any, dict[str, Any]]:
@@ -124,7 +133,7 @@ def _buffer(
         options=map_tree(_attribute, options) if isinstance(options, Mapping) else None,
         observations=steps["observation"],
         actions=head(steps["action"]),
-        rewards=head(reward) if reward is not None else np.zeros(t, np.float32),
+        rewards=_rewards(reward, t),
         terminations=terminations,
         truncations=truncations,
         infos=infos or None,
