@@ -499,6 +499,9 @@ encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             if (f->kind == 'f') {
                 memcpy(p, (const float *)f->column.buf + lo, (hi - lo) * 4);
                 p += (hi - lo) * 4;
+            } else if (f->kind == 'B' && payload == hi - lo) { /* all below 128 (flags) */
+                memcpy(p, (const uint8_t *)f->column.buf + lo, hi - lo);
+                p += hi - lo;
             } else if (f->kind == 'B') {
                 const uint8_t *v = f->column.buf;
                 for (int64_t k = lo; k < hi; k++) {
