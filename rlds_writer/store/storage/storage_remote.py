@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import os
 import threading
 from collections.abc import Sequence
@@ -163,12 +164,10 @@ class FsspecStorage:
         return self.read_bytes(path).decode("utf-8")
 
     def open_read(self, path: str) -> BinaryIO:
-        full = self._full(self._key(path))
-        try:
-            opened = self.fs.open(self._key(path), "rb", block_size=4 * REMOTE_BLOCK_SIZE)
-        except Exception as e:
-            raise store_requests.worded(full, e) from e
-        return _WordedReads(opened, full)
+        # Range requests made by `call`: each bounded in time, retried, its errors
+        # worded (fsspec's own file object waits as long as the client library does).
+        raw = _BoundedStream(self, path)
+        return io.BufferedReader(raw, buffer_size=4 * REMOTE_BLOCK_SIZE)  # type: ignore[return-value]
 
     def open_random(self, path: str) -> RemoteRandomAccess:
         return RemoteRandomAccess(self, path)
@@ -345,42 +344,50 @@ class RemoteRandomAccess:
         self.close()
 
 
-class _WordedReads:
-    """A remote file object whose read errors name the object (`store_requests.worded`)."""
+class _BoundedStream(io.RawIOBase):
+    """An object read front to back (seekable) by range requests through `call`."""
 
-    def __init__(self, f: Any, path: str):
-        self._f = f
-        self._path = path
+    def __init__(self, storage: FsspecStorage, path: str):
+        super().__init__()
+        self._fs = storage.fs
+        self._key = storage._key(path)
+        self._full = storage._full(self._key)
+        self.size = storage.size(path)
+        self._pos = 0
 
-    def _do(self, name: str, *args: Any) -> Any:
-        try:
-            return getattr(self._f, name)(*args)
-        except Exception as e:
-            raise store_requests.worded(self._path, e) from e
+    def readable(self) -> bool:
+        return True
 
-    def read(self, n: int = -1) -> bytes:
-        return self._do("read", n)
-
-    def readinto(self, buffer: Any) -> int:
-        return self._do("readinto", buffer)
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self._do("seek", offset, whence)
+    def seekable(self) -> bool:
+        return True
 
     def tell(self) -> int:
-        return self._f.tell()
+        return self._pos
 
-    def close(self) -> None:
-        self._f.close()
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"{self._full}: seek to {base + offset}, before the start")
+        self._pos = base + offset
+        return self._pos
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._f, name)
-
-    def __enter__(self) -> _WordedReads:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def readinto(self, buffer: Any) -> int:
+        end = min(self.size, self._pos + len(buffer))
+        if self._pos >= end:
+            return 0
+        data = call(
+            self._fs,
+            "cat_file",
+            self._full,
+            self._key,
+            start=self._pos,
+            end=end,
+            nbytes=end - self._pos,
+        )
+        n = len(data)
+        memoryview(buffer).cast("B")[:n] = data
+        self._pos += n
+        return n
 
 
 class RemoteShardSink:

@@ -223,3 +223,30 @@ def test_a_missing_bucket_is_named_as_missing(s3_bucket, capsys):
     assert main(["info", url]) == 1
     line = capsys.readouterr().err
     assert "not an RLDS dataset directory" not in line and "does not exist" in line
+
+
+def test_a_stream_read_of_a_silent_store_ends_in_our_bound_naming_the_object(
+    proxy, s3_bucket, monkeypatch
+):
+    """`recover`'s rewrite and `tfrecord_records` read a shard as a stream: a store
+    that stops answering ends it within RLDS_WRITER_STORE_TIMEOUT x attempts (not the
+    client library's minute per try), with our error naming the object."""
+    from rlds_writer.store.formats.tfrecord import tfrecord_shards
+    from rlds_writer.store.storage.object_path import as_path
+
+    url = s3_bucket.path("run")
+    _local_dataset(url)
+    shard = sorted(str(p) for p in as_path(url).iterdir() if ".tfrecord-" in str(p))[0]
+    whole = as_path(shard).read_bytes()
+    with as_path(shard).open("rb") as f:
+        f.seek(10)
+        assert f.read(100) == whole[10:110] and f.tell() == 110
+    stream = as_path(shard).open("rb")  # opened (its size asked) before the store goes silent
+    _break(proxy, monkeypatch, "blackhole", method="GET")
+    with pytest.raises(StorageError) as raised:
+        _in_time(stream.read, 30)
+    assert re.search(
+        rf"{shard}: reading failed after 2 attempts of at most \d+ s", str(raised.value)
+    )
+    proxy.heal()
+    assert len(list(tfrecord_shards.tfrecord_records(shard))) == 2
