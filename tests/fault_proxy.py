@@ -1,7 +1,8 @@
 """An HTTP relay on loopback in front of a test object store that breaks requests on command.
 
 `fault_proxy(bucket, monkeypatch)` starts one in front of the server behind a
-`tests/object_stores.py` bucket and points the clients at it. Each request is
+`tests/object_stores.py` bucket (S3's moto or the GCS emulator) and points the
+clients at it. Each request is
 read up to its headers, then `proxy.rule(method, path, headers)` (or the
 faults set with `proxy.fail`) picks what happens to it:
 
@@ -195,10 +196,15 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
 
 
 def fault_proxy(bucket, monkeypatch) -> FaultProxy:
-    """Puts a `FaultProxy` between the S3 clients and `bucket`'s server (moto)."""
+    """Puts a `FaultProxy` between the clients and `bucket`'s server (moto for S3,
+    the GCS emulator for gs://)."""
     from object_stores import _point_clients
 
-    proxy = FaultProxy(urlsplit(bucket.env["AWS_ENDPOINT_URL"]).port)
-    env = dict(bucket.env, AWS_ENDPOINT_URL=f"http://{_HOST}:{proxy.port}")
-    _point_clients(monkeypatch, env, ("s3",))
+    variable, protocols = {
+        "s3": ("AWS_ENDPOINT_URL", ("s3",)),
+        "gs": ("STORAGE_EMULATOR_HOST", ("gs", "gcs")),
+    }[bucket.protocol]
+    proxy = FaultProxy(urlsplit(bucket.env[variable]).port)
+    env = dict(bucket.env, **{variable: f"http://{_HOST}:{proxy.port}"})
+    _point_clients(monkeypatch, env, protocols)
     return proxy

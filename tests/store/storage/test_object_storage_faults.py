@@ -33,15 +33,33 @@ pytest.importorskip("s3fs")
 pytestmark = pytest.mark.slow  # servers: out of the quick loop
 
 
-@pytest.fixture
-def proxy(s3_bucket, monkeypatch, tmp_path):
+def _proxy(bucket, monkeypatch, tmp_path):
     monkeypatch.setenv("RLDS_WRITER_UNSAVED_DIR", str(tmp_path / "unsaved"))
     # Roomy bounds while the store works (the machine may be loaded) ...
     monkeypatch.setenv("RLDS_WRITER_STORE_TIMEOUT", "20")
     monkeypatch.setenv("RLDS_WRITER_STORE_ATTEMPTS", "2")
-    relay = fault_proxy(s3_bucket, monkeypatch)
+    return fault_proxy(bucket, monkeypatch)
+
+
+@pytest.fixture
+def proxy(s3_bucket, monkeypatch, tmp_path):
+    relay = _proxy(s3_bucket, monkeypatch, tmp_path)
     yield relay
     relay.close()
+
+
+@pytest.fixture
+def gcs_proxy(gcs_bucket, monkeypatch, tmp_path):
+    relay = _proxy(gcs_bucket, monkeypatch, tmp_path)
+    yield relay
+    relay.close()
+
+
+def _store(request, store: str):
+    """(bucket, proxy) of S3 (moto) or GCS (the emulator), the proxy in front."""
+    if store == "s3":
+        return request.getfixturevalue("s3_bucket"), request.getfixturevalue("proxy")
+    return request.getfixturevalue("gcs_bucket"), request.getfixturevalue("gcs_proxy")
 
 
 def _break(proxy, monkeypatch, action: str, **which) -> None:
@@ -79,11 +97,15 @@ def _in_time(fn, seconds: float):
     return out.get("value")
 
 
-@pytest.mark.parametrize(("fault", "recover_from"), [("reset", "dataset"), ("blackhole", "copy")])
+@pytest.mark.parametrize(
+    ("store", "fault", "recover_from"),
+    [("s3", "reset", "dataset"), ("s3", "blackhole", "copy"), ("gs", "blackhole", "dataset")],
+)
 def test_a_store_gone_at_close_keeps_the_unsaved_episodes_for_recover(
-    proxy, s3_bucket, monkeypatch, fault, recover_from
+    request, monkeypatch, store, fault, recover_from
 ):
-    url = s3_bucket.path("run")
+    bucket, proxy = _store(request, store)
+    url = bucket.path("run")
     env = rlds_writer.EnvLogger(rlds_writer.Catch(seed=0), data_directory=url)
     for i in range(10):
         _episode(env, i % 3)
@@ -181,10 +203,10 @@ def _local_dataset(path: str) -> None:
     env.close()
 
 
-def test_every_range_request_reset_raises_our_error_naming_the_object(
-    proxy, s3_bucket, monkeypatch
-):
-    url = s3_bucket.path("run")
+@pytest.mark.parametrize("store", ["s3", "gs"])
+def test_every_range_request_reset_raises_our_error_naming_the_object(request, monkeypatch, store):
+    bucket, proxy = _store(request, store)
+    url = bucket.path("run")
     _local_dataset(url)
     _break(proxy, monkeypatch, "reset", ranged=True)
     with pytest.raises(StorageError) as raised:
@@ -192,7 +214,7 @@ def test_every_range_request_reset_raises_our_error_naming_the_object(
     assert re.search(
         rf"{url}/\S*\.tfrecord-0000\d: reading failed after 2 attempts", str(raised.value)
     )
-    assert "AWS_ENDPOINT_URL" in str(raised.value)
+    assert ("AWS_ENDPOINT_URL" if store == "s3" else "STORAGE_EMULATOR_HOST") in str(raised.value)
     assert proxy.count("reset") >= 2
     proxy.heal()
     assert _episodes_found(url) == 4
@@ -225,8 +247,9 @@ def test_a_missing_bucket_is_named_as_missing(s3_bucket, capsys):
     assert "not an RLDS dataset directory" not in line and "does not exist" in line
 
 
+@pytest.mark.parametrize("store", ["s3", "gs"])
 def test_a_stream_read_of_a_silent_store_ends_in_our_bound_naming_the_object(
-    proxy, s3_bucket, monkeypatch
+    request, monkeypatch, store
 ):
     """`recover`'s rewrite and `tfrecord_records` read a shard as a stream: a store
     that stops answering ends it within RLDS_WRITER_STORE_TIMEOUT x attempts (not the
@@ -234,7 +257,8 @@ def test_a_stream_read_of_a_silent_store_ends_in_our_bound_naming_the_object(
     from rlds_writer.store.formats.tfrecord import tfrecord_shards
     from rlds_writer.store.storage.object_path import as_path
 
-    url = s3_bucket.path("run")
+    bucket, proxy = _store(request, store)
+    url = bucket.path("run")
     _local_dataset(url)
     shard = sorted(str(p) for p in as_path(url).iterdir() if ".tfrecord-" in str(p))[0]
     whole = as_path(shard).read_bytes()
