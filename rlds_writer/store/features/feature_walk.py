@@ -11,7 +11,7 @@ an `IncompatibleDatasetError` naming the field, never a `KeyError`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from rlds_writer.errors import IncompatibleDatasetError, UnsupportedFeatureError
@@ -96,6 +96,27 @@ def _walk(
         yield FeatureNode(path, in_steps, spec, empty_dict=True)
     for name, sub in inner.items():
         yield from _walk(sub, path + (name,), in_steps, children)
+
+
+def check_unique_keys(paths: Iterable[tuple[str, ...]], error: type[Exception]) -> None:
+    """Refuses two leaves whose paths join to one `tf.train.Example` key.
+
+    A field name holding `/` beside a dict of the same path (`{"a/b": ...,
+    "a": {"b": ...}}`) would share its values with the other one, and TFDS
+    refuses to load the dataset ("Try to overwrite existing key").
+
+    Raises:
+      error: naming the key and both paths.
+    """
+    seen: dict[str, tuple[str, ...]] = {}
+    for path in paths:
+        key = "/".join(path)
+        other = seen.setdefault(key, path)
+        if other != path:
+            raise error(
+                f"{key}: two fields would be stored under this one key ({list(other)} and "
+                f"{list(path)}), which TFDS cannot load; rename the field whose name holds '/'"
+            )
 
 
 def walk_features_json(config: Mapping[str, Any]) -> Iterator[FeatureNode]:

@@ -38,6 +38,7 @@ from rlds_writer.errors import IncompatibleDatasetError, UnsupportedFeatureError
 from rlds_writer.store.features.feature_walk import (  # noqa: F401 - public here too
     STEPS,
     FeatureNode,
+    check_unique_keys,
     walk_features,
     walk_features_json,
 )
@@ -235,6 +236,7 @@ def parse_features(config: Mapping[str, Any]) -> Features:
         else:
             leaf = _leaf(node.spec, node.path, node.in_steps)
             (steps if node.in_steps else episode).append(leaf)
+    check_unique_keys([leaf.path for leaf in steps + episode], IncompatibleDatasetError)
     return Features(leaves=tuple(steps + episode), has_steps=has_steps, empty_dicts=tuple(empties))
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlds_writer.errors import DatasetExistsError, IncompatibleDatasetError, SpecError
 from rlds_writer.store.dataset import json_values, layout
-from rlds_writer.store.features import feature_defs
+from rlds_writer.store.features import feature_defs, feature_walk
 from rlds_writer.store.repair import recovery
 from rlds_writer.store.storage import file_io
 from rlds_writer.store.storage.object_path import as_path
@@ -178,19 +178,28 @@ def describe_dataset(
         features = feature_defs.FeaturesDict({"steps": feature_defs.Dataset(steps), **episode})
         if feature_defs.natively_written(features):
             info_json = {"name": name, "version": version, "fileFormat": file_format}
-            return WriterInfo(features, info_json, features.to_json(), metadata or None)
+            return _checked(WriterInfo(features, info_json, features.to_json(), metadata or None))
     from google.protobuf import json_format
     from tensorflow_datasets.core import file_adapters
 
     info = build_dataset_info(ds_config, name, version, data_directory, metadata)
     info.set_file_format(file_adapters.FileFormat.from_value(file_format))
-    return WriterInfo(
-        info.features,
-        json_format.MessageToDict(info.as_proto),
-        json_format.MessageToDict(info.features.to_proto()),
-        metadata or None,
-        tfds_info=info,
+    return _checked(
+        WriterInfo(
+            info.features,
+            json_format.MessageToDict(info.as_proto),
+            json_format.MessageToDict(info.features.to_proto()),
+            metadata or None,
+            tfds_info=info,
+        )
     )
+
+
+def _checked(info: WriterInfo) -> WriterInfo:
+    """Refuses fields that would share one key (a name holding `/`): TFDS could not load them."""
+    nodes = feature_walk.walk_features_json(info.features_json)
+    feature_walk.check_unique_keys((node.path for node in nodes if not node.empty_dict), SpecError)
+    return info
 
 
 def check_mode(path: epath.PathLike, mode: str) -> bool:

@@ -110,3 +110,40 @@ def test_a_new_dataset_gets_tfds_own_info_file_once_with_its_split_listed(tmp_pa
         assert json.loads((directory / "metadata.json").read_text()) == {"seed": 3}
     finally:
         writer.close()
+
+
+def test_fields_that_would_share_one_key_are_refused_before_anything_is_written(tmp_path):
+    """A name holding '/' beside a dict of the same path (`a/b` and `a: {b}`) would
+    store both under `steps/observation/a/b`: TFDS refuses to load that ("Try to
+    overwrite existing key") and the reader gave one field the other's values.
+    Refused when writing (natively or through TFDS's info) and when reading."""
+    import pytest
+
+    import rlds_writer
+    from rlds_writer.errors import IncompatibleDatasetError, SpecError
+    from rlds_writer.store.features.features import parse_features
+
+    tensor = tfds.features.Tensor(shape=(1,), dtype=np.float32)
+    observation = {"a/b": tensor, "a": {"b": tensor}}
+    for extra in ({}, {"citation": "x"}):  # our encoder, and TFDS's build_dataset_info
+        config = rlds_writer.DatasetConfig(
+            name="clash", observation_info=observation, action_info=np.float32, **extra
+        )
+        with pytest.raises(SpecError, match=r"^steps/observation/a/b: two fields would be"):
+            rlds_writer.TFDSBackendWriter(tmp_path / "clash", config)
+        assert not (tmp_path / "clash" / "features.json").exists()
+    # A features.json made so elsewhere is refused by the reader, naming the key.
+    one = rlds_writer.DatasetConfig(
+        name="one", observation_info={"a/b": tensor}, action_info=np.float32
+    )
+    with rlds_writer.TFDSBackendWriter(tmp_path / "one", one) as writer:
+        writer.write_episode({"observation": {"a/b": np.ones((2, 1), np.float32)}, "action": [0.0]})
+    config = json.loads((tmp_path / "one" / "features.json").read_text())
+    steps = config["featuresDict"]["features"]["steps"]["sequence"]["feature"]["featuresDict"]
+    observation_json = steps["features"]["observation"]["featuresDict"]["features"]
+    observation_json["a"] = {
+        "pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
+        "featuresDict": {"features": {"b": observation_json["a/b"]}},
+    }
+    with pytest.raises(IncompatibleDatasetError, match=r"steps/observation/a/b: two fields"):
+        parse_features(config)
