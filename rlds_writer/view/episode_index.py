@@ -31,6 +31,11 @@ from rlds_writer.view.fields import Layout, field_name
 
 CACHE = "viewer_index_{split}.json"
 _VERSION = 1
+# A cache larger than this is not read (scanned again and rewritten): a dataset from
+# elsewhere may hold a `viewer_index_*.json` of gigabytes that `json.load` would take
+# whole. A row is a few KB (texts and metadata are cut); this leaves room for many.
+CACHE_MIN_BYTES = 64 << 20
+CACHE_BYTES_PER_EPISODE = 256 << 10
 # Distinct text values kept per episode for the text filter, and their length.
 _MAX_TEXTS = 8
 MAX_TEXT = 500
@@ -230,8 +235,8 @@ class EpisodeIndex:
         known = dict(previous.shards) if previous is not None else {}
         stamps = {}
         cache_path = os.path.join(reader.path, CACHE.format(split=split)) if local else None
-        cached = _read_cache(cache_path, features_id) if cache_path else {}
         total = reader.splits[split]
+        cached = _read_cache(cache_path, features_id, total) if cache_path else {}
         done, changed = 0, False
         shards = []
         listing = reader.dataset.splits[split]
@@ -271,11 +276,14 @@ def _stamp(path: str) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns]
 
 
-def _read_cache(path: str, features_id: str) -> dict[str, Any]:
-    """Shard name -> {stamp, rows} from a cache file, or {} if it is missing or not ours."""
+def _read_cache(path: str, features_id: str, episodes: int) -> dict[str, Any]:
+    """Shard name -> {stamp, rows} from a cache file, or {} if it is missing, not ours,
+    or larger than `episodes` rows can be."""
     if not os.path.isfile(path) or os.path.islink(path):
         return {}
     try:
+        if os.path.getsize(path) > max(CACHE_MIN_BYTES, CACHE_BYTES_PER_EPISODE * episodes):
+            return {}
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError, RecursionError):

@@ -41,7 +41,7 @@ def test_index_is_built_in_one_scan_and_cached_beside_the_dataset(tmp_path):
     assert not cache.exists()
 
 
-def test_a_changed_or_damaged_cache_is_scanned_again(tmp_path):
+def test_a_changed_or_damaged_cache_is_scanned_again(tmp_path, monkeypatch):
     path = tmp_path / "robot"
     write_robot(path, 4, max_episodes_per_file=2)
     ViewerSource(path)
@@ -55,6 +55,17 @@ def test_a_changed_or_damaged_cache_is_scanned_again(tmp_path):
     assert source.index.splits["train"].rows[0]["length"] == 12
     cache.write_text("{not json")
     assert ViewerSource(path).index.scanned == 4
+    # Larger than its rows can be (a dataset from elsewhere shipping gigabytes of
+    # cache): not read, scanned again, replaced. Limits made small to try it.
+    from rlds_writer.view import episode_index
+
+    valid = cache.read_text()
+    monkeypatch.setattr(episode_index, "CACHE_MIN_BYTES", len(valid) + 10, raising=False)
+    monkeypatch.setattr(episode_index, "CACHE_BYTES_PER_EPISODE", 1, raising=False)
+    assert ViewerSource(path).index.scanned == 0  # within the limit: read
+    cache.write_text(valid + " " * 100)
+    assert ViewerSource(path).index.scanned == 4
+    assert cache.read_text() == valid
 
 
 def test_a_linked_cache_is_never_followed(tmp_path):
