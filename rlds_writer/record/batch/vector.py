@@ -225,7 +225,7 @@ class VectorRecording:
         absent = ~np.asarray(mask, np.bool_)
         if need is not None:
             absent &= need
-        arr = np.array(host_array(value, f"steps/{key}"))
+        arr = np.array(_batch(value, f"steps/{key}"))
         if not absent.any():
             return arr
         if key not in self.info_defaults:
@@ -244,7 +244,7 @@ class VectorRecording:
         o = self._options
         for key, value in (meta or {}).items():
             if key not in step_info:
-                rows = list(host_array(value, f"steps/{key}"))
+                rows = list(_batch(value, f"steps/{key}"))
                 step_info[key] = spaces_lib.values_def(
                     rows, f"steps/{key}", o["image_encoding"], o["jpeg_quality"]
                 )
@@ -257,6 +257,14 @@ class VectorRecording:
     def close(self) -> None:
         if self.core is not None:
             self.core.close()
+
+
+def _batch(value: Any, path: str) -> np.ndarray:
+    """An info key's batch: one host array of numbers, or Gymnasium's object array of
+    text (kept per sub-env by the batch recorder, `record/batch/objects.py`)."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "OUS":
+        return value
+    return host_array(value, path)
 
 
 def split_options(kwargs: Mapping[str, Any]) -> Sequence[str]:

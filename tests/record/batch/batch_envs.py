@@ -97,8 +97,8 @@ class Camera(Hops):
 
 
 class Words(Hops):
-    """`Hops` whose observation is a dict of a float32[3] and a `Text` word (a fallback-free
-    text field, kept per sub-env by the batch recorder)."""
+    """`Hops` whose observation is a dict of a float32[3] and a `Text` word, and whose
+    info has a str `said` (text fields, kept per sub-env by the batch recorder)."""
 
     observation_space = gym.spaces.Dict(
         {
@@ -111,3 +111,11 @@ class Words(Hops):
         rng = self.np_random
         word = "".join(rng.choice(list("abcdefgh"), int(rng.integers(1, 9))))
         return {"pos": rng.standard_normal(3).astype(np.float32), "word": word}
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return obs, {**info, "said": obs["word"] * 2}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {**info, "said": obs["word"] * 2}

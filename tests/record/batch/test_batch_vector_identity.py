@@ -94,16 +94,17 @@ def test_batched_episodes_are_byte_identical_to_each_sub_env_recorded_alone(
 
 
 def test_text_observations_are_kept_per_sub_env_and_byte_identical(tmp_path):
-    # A dict observation of a Box and a Text: the text is a Python value per
-    # sub-env (same_step: the final observations replace the row; a small ring
-    # spills the long episodes), the Box stays a numeric column.
+    # A dict observation of a Box and a Text, and a str info key (its Text
+    # feature inferred from the first reset's batch): the texts are a Python
+    # value per sub-env (same_step: the final observation and info replace the
+    # row; a small ring spills the long episodes), the Box a numeric column.
     actions = _actions(100)
     mode = AutoresetMode.SAME_STEP
-    _record_batched(tmp_path / "batched", mode, actions, Words, ring_bytes=2048)
+    _record_batched(tmp_path / "batched", mode, actions, Words, ring_bytes=2048, info_keys=["said"])
     want = records(tmp_path / "batched").__class__()
     for i in range(N):
         path = tmp_path / f"alone{i}"
-        play_alone(Words, path, SEED + i, [a[i] for a in actions], mode.value)
+        play_alone(Words, path, SEED + i, [a[i] for a in actions], mode.value, info_keys=["said"])
         want.update(records(path))
     assert sum(want.values()) >= 20
     assert records(tmp_path / "batched") == want
