@@ -2,24 +2,33 @@
 
 Records a dataset (float32 (64,) observations, a discrete action, 200-step
 episodes), exports it once with `rlds-writer export --to rllib-episodes
---layout columns` (RLlib's column Parquet), then, on one local Ray (2 CPUs):
+--layout columns` (RLlib's column Parquet), then, on one local Ray (2 CPUs)
+or, with `--nodes 2`, on a head and a worker node (1 CPU each) reading both
+copies from a moto S3 server with no shared file system:
 
 * **read throughput**, transitions (rows) per second through
   `Dataset.iter_batches(batch_size=1024)`: `read_rlds(path, rows="transitions")`
-  against `ray.data.read_parquet` of the export, and against TFDS reading
-  the same RLDS shards through `tf.data` with parallel interleave
+  against `ray.data.read_parquet` of the export, and (one node) against TFDS
+  reading the same RLDS shards through `tf.data` with parallel interleave
   (`builder.as_dataset(read_config=ReadConfig(num_parallel_calls_for_interleave_files=AUTOTUNE))`,
   steps flattened and batched by 1024, as numpy: steps, not pairs);
 * **transitions per second into RLlib's learner**: BC, `train()` with
   `train_batch_size_per_learner=1024` after two warm-up iterations, from
-  `offline_config(BCConfig(), path)` (the datasource, column schema) against
-  `offline_data(input_=[export])` (RLlib's default `read_parquet` path).
+  `offline_config(BCConfig(), path)` (the datasource, column schema, with
+  its `RLDSPreLearner`) against `offline_data(input_=[export])` (RLlib's
+  default `read_parquet` path and `OfflinePreLearner`); and, to show which
+  part does what, each input with the other's pre-learner. The inputs take
+  turns within each repetition (A, B, C, D, A, B, ...); medians and ranges.
 
 Run Ray in a loopback-only network namespace, under the machine's locks:
 
     flock /tmp/rlds-bench.lock flock /tmp/rlds-ray.lock unshare --net --pid --fork \
         --kill-child --mount-proc sh -c 'ip link set lo up && \
         python benchmarks/ray_offline.py --report'
+
+`--nodes 2` starts moto and the two nodes itself (as
+tests/interop/test_rllib_offline_cluster.py does, with its helpers), in the
+same kind of namespace, which it needs (root).
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from report_sections import add_report_argument, write_section  # noqa: E402
 import rlds_writer  # noqa: E402, F401 - TensorFlow RTLD_LOCAL before torch
 
 SECTION = "## Ray Data and RLlib offline: RLDS read in place vs a Parquet export"
+SECTION_2 = "## Ray Data and RLlib offline on two nodes: RLDS in S3 vs a Parquet export in S3"
 STEPS = 200
 BATCH = 1024
 
@@ -94,7 +104,9 @@ def _tfds_steps(path: str):
     return tfds.as_numpy(ds)
 
 
-def _learner_rate(config, iterations: int) -> float:
+def _learner_rate(config, iterations: int) -> tuple[float, float]:
+    """Transitions per second into the learner, and the 1-minute load average before."""
+    load = os.getloadavg()[0]
     algo = config.build_algo()
     try:
         for _ in range(2):
@@ -105,79 +117,126 @@ def _learner_rate(config, iterations: int) -> float:
         seconds = time.perf_counter() - start
     finally:
         algo.stop()
-    return iterations * BATCH / seconds
+    return iterations * BATCH / seconds, load
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=300)
-    parser.add_argument("--repetitions", type=int, default=3)
-    parser.add_argument("--iterations", type=int, default=20)
-    add_report_argument(parser)
-    args = parser.parse_args()
+def _learner_configs(path: str, export: str, parquet_fs=None) -> dict:
     import gymnasium as gym
-    import ray
+    from ray.rllib.algorithms.bc import BCConfig
+    from ray.rllib.offline.offline_prelearner import OfflinePreLearner
 
     from rlds_writer.interop.formats.rllib.offline import offline_config
+    from rlds_writer.interop.formats.rllib.prelearner import RLDSPreLearner
+
+    def base():
+        return BCConfig().training(train_batch_size_per_learner=BATCH).debugging(seed=0)
+
+    # The same pool for every input: RLlib's default (2 x 1 CPU) starves its
+    # read_parquet tasks on 2 CPUs (RLDSOfflineData sizes its own; here fixed).
+    common = {
+        "dataset_num_iters_per_learner": 1,
+        "map_batches_kwargs": {"concurrency": 1, "num_cpus": 1},
+    }
+    # The recorder stored no spaces: RLlib is told them (a Box of ints it refuses).
+    spaces = {
+        "observation_space": gym.spaces.Box(-1, 1, (64,), np.float32),
+        "action_space": gym.spaces.Discrete(4),
+    }
+    parquet = {"input_filesystem": parquet_fs} if parquet_fs is not None else {}
+
+    def theirs(prelearner):
+        chosen = {"prelearner_class": prelearner} if prelearner else {}
+        return (
+            base()
+            .environment(**spaces)
+            .offline_data(input_=[export], **chosen, **parquet, **common)
+        )
+
+    return {
+        "RLDS datasource + RLDSPreLearner (offline_config's default)": lambda: offline_config(
+            base(), path, **spaces, **common
+        ),
+        "Parquet export + RLlib's OfflinePreLearner (RLlib's default)": lambda: theirs(None),
+        "RLDS datasource + RLlib's OfflinePreLearner": lambda: offline_config(
+            base(), path, **spaces, prelearner_class=OfflinePreLearner, **common
+        ),
+        "Parquet export + RLDSPreLearner": lambda: theirs(RLDSPreLearner),
+    }
+
+
+def _prelearner_rates(path: str, repetitions: int) -> dict[str, list[float]]:
+    """Rows per second through each pre-learner alone, in this process (no Ray actors).
+
+    A 1024-row batch of the datasource's transition rows (whole 200-step
+    episodes, in order) goes through `__call__` (episodes, then BC's and
+    MARWIL's learner connectors) 10 times per repetition; the two take turns.
+    """
+    import gymnasium as gym
+    from ray.rllib.algorithms.bc import BCConfig
+    from ray.rllib.algorithms.marwil import MARWILConfig
+    from ray.rllib.offline.offline_prelearner import OfflinePreLearner
+
+    from rlds_writer.interop.formats.rllib.offline import offline_config, read_for_rllib
+    from rlds_writer.interop.formats.rllib.prelearner import RLDSPreLearner
+
+    spaces = (gym.spaces.Box(-1, 1, (64,), np.float32), gym.spaces.Discrete(4))
+    rates: dict[str, list[float]] = {}
+    for algo in (BCConfig, MARWILConfig):
+        config = offline_config(
+            algo().training(train_batch_size_per_learner=BATCH),
+            path,
+            observation_space=spaces[0],
+            action_space=spaces[1],
+        )
+        batch = read_for_rllib(config).take_batch(BATCH)
+        spec = config.get_multi_rl_module_spec(spaces={"default_policy": spaces})
+        made = {
+            f"{algo.__name__[:-6]}, RLlib's OfflinePreLearner": OfflinePreLearner,
+            f"{algo.__name__[:-6]}, RLDSPreLearner": RLDSPreLearner,
+        }
+        made = {n: c(config=config, spaces=spaces, module_spec=spec) for n, c in made.items()}
+        for _ in range(repetitions):
+            for name, prelearner in made.items():
+                prelearner(dict(batch))  # warm
+                start = time.perf_counter()
+                for _ in range(10):
+                    prelearner(dict(batch))
+                rate = 10 * BATCH / (time.perf_counter() - start)
+                rates.setdefault(name, []).append(rate)
+    return rates
+
+
+def _measure(path: str, export: str, args, parquet_fs=None, tfds_path=None):
+    import ray
+
     from rlds_writer.read.ray_data import read_rlds
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "rlds")
-        transitions = record(path, args.episodes)
-        export = os.path.join(tmp, "parquet")
-        rlds_writer.export(path, export, to="rllib-episodes", layout="columns")
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        try:
-            reads = {
-                "read_rlds(rows='transitions')": _rows_per_second(
-                    lambda: read_rlds(path, rows="transitions").iter_batches(batch_size=BATCH),
-                    args.repetitions,
-                ),
-                "ray.data.read_parquet(export)": _rows_per_second(
-                    lambda: ray.data.read_parquet(export).iter_batches(batch_size=BATCH),
-                    args.repetitions,
-                ),
-                "tfds + tf.data interleave (steps)": _rows_per_second(
-                    lambda: _tfds_steps(path), args.repetitions
-                ),
-            }
-            from ray.rllib.algorithms.bc import BCConfig
+    parquet_kwargs = {"filesystem": parquet_fs} if parquet_fs is not None else {}
+    reads = {
+        "read_rlds(rows='transitions')": _rows_per_second(
+            lambda: read_rlds(path, rows="transitions").iter_batches(batch_size=BATCH),
+            args.repetitions,
+        ),
+        "ray.data.read_parquet(export)": _rows_per_second(
+            lambda: ray.data.read_parquet(export, **parquet_kwargs).iter_batches(batch_size=BATCH),
+            args.repetitions,
+        ),
+    }
+    if tfds_path is not None:
+        reads["tfds + tf.data interleave (steps)"] = _rows_per_second(
+            lambda: _tfds_steps(tfds_path), args.repetitions
+        )
+    configs = _learner_configs(path, export, parquet_fs)
+    learners: dict[str, list] = {name: [] for name in configs}
+    for _ in range(args.repetitions):  # interleaved: each input once per round
+        for name, make in configs.items():
+            learners[name].append(_learner_rate(make(), args.iterations))
+    return reads, learners
 
-            def base():
-                return BCConfig().training(train_batch_size_per_learner=BATCH).debugging(seed=0)
 
-            common = {
-                "dataset_num_iters_per_learner": 1,
-                "map_batches_kwargs": {"concurrency": 1, "num_cpus": 1},
-            }
-            # The recorder stored no spaces: RLlib is told them (a Box of ints it refuses).
-            spaces = {
-                "observation_space": gym.spaces.Box(-1, 1, (64,), np.float32),
-                "action_space": gym.spaces.Discrete(4),
-            }
-            ours = offline_config(base(), path, **spaces, **common)
-            theirs = base().environment(**spaces).offline_data(input_=[export], **common)
-            learners = {
-                "RLDS datasource (offline_config, columns)": _learner_rate(ours, args.iterations),
-                "Parquet export, RLlib's read_parquet": _learner_rate(theirs, args.iterations),
-            }
-        finally:
-            ray.shutdown()
-        sizes = (_size(path), _size(export))
+def _table(reads, learners, args) -> list[str]:
+    prelearners = learners.pop("prelearners", None)
     lines = [
-        SECTION,
-        "",
-        f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by "
-        "`flock /tmp/rlds-bench.lock flock /tmp/rlds-ray.lock unshare --net --pid --fork "
-        "--kill-child --mount-proc sh -c 'ip link set lo up && python "
-        f"benchmarks/ray_offline.py --episodes {args.episodes} --iterations "
-        f"{args.iterations} --repetitions {args.repetitions} --report'`: "
-        f"{args.episodes} episodes of {STEPS} steps "
-        f"(float32 (64,) observations, Discrete(4) actions), {transitions:,} transitions; "
-        f"one local Ray with 2 CPUs on a {os.cpu_count()}-core machine shared with other "
-        "work at the time (noisy figures). RLDS on disk: "
-        f"{sizes[0] / 1e6:.1f} MB; the Parquet export, a second copy: {sizes[1] / 1e6:.1f} MB.",
-        "",
         f"Read throughput (best of {args.repetitions}, `iter_batches(batch_size={BATCH})`):",
         "",
         "| reader | rows/s | vs read_parquet |",
@@ -189,18 +248,172 @@ def main() -> None:
     lines += [
         "",
         f"Into RLlib's learner (BC, batch {BATCH}, {args.iterations} `train()` calls after 2 "
-        "warm-up ones, one local learner):",
+        f"warm-up ones, one local learner; {args.repetitions} repetitions, the inputs taking "
+        "turns; median [min - max]; 1-minute load average before each run):",
         "",
-        "| input | transitions/s | vs Parquet |",
-        "|---|---|---|",
+        "| input + pre-learner | transitions/s | vs RLlib's default | load |",
+        "|---|---|---|---|",
     ]
-    parquet = learners["Parquet export, RLlib's read_parquet"]
-    for name, rate in learners.items():
-        lines.append(f"| {name} | {rate:,.0f} | {rate / parquet:.2f}x |")
+    default = learners["Parquet export + RLlib's OfflinePreLearner (RLlib's default)"]
+    reference = float(np.median([rate for rate, _ in default]))
+    for name, runs in learners.items():
+        rates = [r for r, _ in runs]
+        loads = [lo for _, lo in runs]
+        median = float(np.median(rates))
+        lines.append(
+            f"| {name} | {median:,.0f} [{min(rates):,.0f} - {max(rates):,.0f}] | "
+            f"{median / reference:.2f}x | {min(loads):.1f} - {max(loads):.1f} |"
+        )
+    if prelearners:
+        lines += [
+            "",
+            f"The pre-learners alone, in one process (a {BATCH}-row batch of the datasource's "
+            f"rows through `__call__`, 10 calls per repetition, the two taking turns; median "
+            "[min - max]):",
+            "",
+            "| algorithm, pre-learner | rows/s |",
+            "|---|---|",
+        ]
+        for name, rates in prelearners.items():
+            lines.append(
+                f"| {name} | {np.median(rates):,.0f} [{min(rates):,.0f} - {max(rates):,.0f}] |"
+            )
+    return lines
+
+
+def _one_node(args, tmp: str):
+    import ray
+
+    path = os.path.join(tmp, "rlds")
+    transitions = record(path, args.episodes)
+    export = os.path.join(tmp, "parquet")
+    rlds_writer.export(path, export, to="rllib-episodes", layout="columns")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        reads, learners = _measure(path, export, args, tfds_path=path)
+        learners["prelearners"] = _prelearner_rates(path, args.repetitions)
+    finally:
+        ray.shutdown()
+    return transitions, (_size(path), _size(export)), reads, learners
+
+
+def _two_nodes(args, tmp: str):
+    """moto S3 and a head + a worker node in this (loopback-only) namespace."""
+    import subprocess
+    import sys
+
+    import ray
+
+    tests = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests")
+    sys.path.insert(0, os.path.join(tests, "record", "rllib"))
+    from rllib_cluster_child import _start_moto, _start_nodes, _wait_for_port
+
+    from rlds_writer.store.storage.storage import storage_for
+
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    hidden = os.path.join(tmp, "out")  # the worker node sees a tmpfs here
+    os.makedirs(hidden)
+    bucket, moto = _start_moto(tmp)
+    nodes = []
+    try:
+        local = os.path.join(hidden, "rlds")
+        transitions = record(local, args.episodes)
+        export = os.path.join(hidden, "parquet")
+        rlds_writer.export(local, export, to="rllib-episodes", layout="columns")
+        sizes = (_size(local), _size(export))
+        store = storage_for(bucket)
+        for name in ("rlds", "parquet"):
+            for folder, _, files in os.walk(os.path.join(hidden, name)):
+                for file in files:
+                    relative = os.path.relpath(os.path.join(folder, file), hidden)
+                    store.upload(os.path.join(folder, file), f"{bucket}/{relative}")
+        address, nodes = _start_nodes(tmp, hidden)
+        _wait_for_port(address)
+        ray.init(address=address, log_to_driver=False)
+        for _ in range(120):
+            if len([n for n in ray.nodes() if n["Alive"]]) == 2:
+                break
+            time.sleep(1)
+        import pyarrow.fs
+
+        endpoint = os.environ["AWS_ENDPOINT_URL"].removeprefix("http://")
+        fs = pyarrow.fs.S3FileSystem(
+            endpoint_override=endpoint,
+            scheme="http",
+            access_key="testing",
+            secret_key="testing",
+            region="us-east-1",
+        )
+        reads, learners = _measure(f"{bucket}/rlds", "cluster-bucket/parquet", args, fs)
+        ray.shutdown()
+    finally:
+        for node in nodes:
+            node.terminate()
+        for node in nodes:
+            try:
+                node.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                node.kill()
+        moto.kill()
+        moto.wait()
+    return transitions, sizes, reads, learners
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=300)
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--nodes", type=int, choices=(1, 2), default=1)
+    add_report_argument(parser)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        run = _two_nodes if args.nodes == 2 else _one_node
+        transitions, sizes, reads, learners = run(args, tmp)
+    nodes = f" --nodes {args.nodes}" if args.nodes == 2 else ""
+    where = (
+        "one local Ray with 2 CPUs"
+        if args.nodes == 1
+        else "a head and a worker node (1 CPU each, the worker blind to the driver's files), "
+        "both copies read from a moto S3 server, all on loopback in one network namespace"
+    )
+    lines = [
+        SECTION if args.nodes == 1 else SECTION_2,
+        "",
+        f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by "
+        "`flock /tmp/rlds-bench.lock flock /tmp/rlds-ray.lock unshare --net --pid --fork "
+        "--kill-child --mount-proc sh -c 'ip link set lo up && python "
+        f"benchmarks/ray_offline.py --episodes {args.episodes} --iterations "
+        f"{args.iterations} --repetitions {args.repetitions}{nodes} --report'`: "
+        f"{args.episodes} episodes of {STEPS} steps "
+        f"(float32 (64,) observations, Discrete(4) actions), {transitions:,} transitions; "
+        f"{where}, on a {os.cpu_count()}-core machine shared with other work at the time "
+        f"(noisy figures). RLDS: {sizes[0] / 1e6:.1f} MB; the Parquet export, a second "
+        f"copy: {sizes[1] / 1e6:.1f} MB.",
+        "",
+        *_table(reads, learners, args),
+        "",
+        "Both inputs feed the same learner through one pre-learner actor of 1 CPU "
+        "(`map_batches_kwargs={'concurrency': 1, 'num_cpus': 1}`: RLlib's default pool of "
+        "2 x 1 CPU starves its own read_parquet tasks on 2 CPUs). RLlib's `OfflinePreLearner` "
+        "makes one one-step `SingleAgentEpisode` per row; `RLDSPreLearner` one per run of an "
+        "episode in the batch (the same BC batch), so it leaves more of the 2 CPUs to the "
+        "reads and the learner. With the load this high the runs vary by several times: "
+        "read the medians with their ranges.",
+        "",
+    ]
+    if args.nodes == 2:
+        lines[-1:-1] = [
+            "",
+            "Two nodes on this machine are two sets of processes on the same 2 cores, with "
+            "S3 on loopback: the figures show the reads spread over both nodes and no "
+            "second copy needed, not a cluster's scaling.",
+        ]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.report:
-        write_section(args.report, SECTION, text)
+        write_section(args.report, lines[0], text)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ node cannot see (a tmpfs over it in its own mount namespace, as in
 tests/record/rllib/rllib_cluster_child.py) and uploaded to `s3://cluster-bucket`;
 the local copy is then deleted: the cluster shares no file system and reads
 the bucket. A pass of the datasource tells which nodes ran read tasks; then
-BC trains with a pre-learner that reports each (episode, step) it is handed
+BC trains with a pre-learner (RLDSPreLearner's subclass, the pool sized by
+RLDSOfflineData for the two 1-CPU nodes) that reports each (episode, step) it is handed
 to an actor, until one epoch's worth has arrived. The result holds the
 transitions written, those handed over, the nodes that read, the loss.
 """
@@ -83,9 +84,9 @@ def _read_nodes(url: str) -> list[str]:
 def _train(url: str, expected: int) -> dict:
     import ray
     from ray.rllib.algorithms.bc import BCConfig
-    from ray.rllib.offline.offline_prelearner import OfflinePreLearner
 
     from rlds_writer.interop.formats.rllib.offline import offline_config
+    from rlds_writer.interop.formats.rllib.prelearner import RLDSPreLearner
 
     @ray.remote(num_cpus=0)
     class Counter:
@@ -98,7 +99,7 @@ def _train(url: str, expected: int) -> dict:
         def get(self):
             return list(self.seen)
 
-    class CountingPreLearner(OfflinePreLearner):
+    class CountingPreLearner(RLDSPreLearner):
         def __call__(self, batch):
             keys = list(zip(np.asarray(batch["eps_id"]).tolist(), np.asarray(batch["t"]).tolist()))
             ray.get(ray.get_actor(_COUNTER).add.remote(keys))
@@ -109,8 +110,7 @@ def _train(url: str, expected: int) -> dict:
         BCConfig().training(train_batch_size_per_learner=16, lr=0.01).debugging(seed=0),
         url,
         prelearner_class=CountingPreLearner,
-        dataset_num_iters_per_learner=1,
-        map_batches_kwargs={"concurrency": 1, "num_cpus": 0.5},
+        dataset_num_iters_per_learner=1,  # the pre-learner pool sized by RLDSOfflineData
         iter_batches_kwargs={"prefetch_batches": 1},
         read_options={"bytes_per_task": 1, "num_cpus": 0.25},
     )
