@@ -71,12 +71,15 @@ class _Accumulator:
         if not k:
             return
         x = rows.astype(np.float64, copy=False)
-        batch_mean = x.mean(axis=0)
-        batch_m2 = ((x - batch_mean) ** 2).sum(axis=0)
-        n = self.count + k
-        delta = batch_mean - self.mean
-        self.mean = self.mean + delta * (k / n)
-        self.m2 = self.m2 + batch_m2 + delta**2 * (self.count * k / n)
+        # Infinite values make NaN moments (inf - inf): the statistics say so, as null
+        # in `stats --json`, without a RuntimeWarning on the user's terminal.
+        with np.errstate(invalid="ignore", over="ignore"):
+            batch_mean = x.mean(axis=0)
+            batch_m2 = ((x - batch_mean) ** 2).sum(axis=0)
+            n = self.count + k
+            delta = batch_mean - self.mean
+            self.mean = self.mean + delta * (k / n)
+            self.m2 = self.m2 + batch_m2 + delta**2 * (self.count * k / n)
         np.minimum(self.min, x.min(axis=0), out=self.min)
         np.maximum(self.max, x.max(axis=0), out=self.max)
         self._keep(x)

@@ -96,7 +96,9 @@ class RunningStats:
 
 def _summary(values: array.array, running: RunningStats) -> dict[str, float | None]:
     out = running.to_dict()
-    out["median"] = float(np.median(np.frombuffer(values, dtype=np.float64))) if values else None
+    kept = np.frombuffer(values, dtype=np.float64)
+    kept = kept[~np.isnan(kept)]  # skipped as by `RunningStats.add`
+    out["median"] = float(np.median(kept)) if kept.size else None
     return {k: out[k] for k in ("mean", "std", "min", "median", "max")}
 
 

@@ -221,3 +221,34 @@ def test_plots_date_episodes_by_their_clock_field_and_draw_a_rolling_mean(tmp_pa
     out = tmp_path / "plot.png"
     rlds_writer.maintain.plot_statistics(stats, out)
     assert out.stat().st_size > 10_000
+
+
+def test_json_output_is_json_when_returns_are_not_finite(tmp_path, capsys):
+    """A NaN return is skipped by every statistic (the median too, which gave NaN), and
+    `--json` prints standard JSON (null, never NaN/Infinity, which jq and JSON.parse refuse),
+    also with --per-dimension over non-finite values."""
+    config = rlds_writer.DatasetConfig(
+        name="nan", observation_info=np.float64, action_info=np.float32, reward_info=np.float64
+    )
+    with rlds_writer.TFDSBackendWriter(tmp_path / "nan", config) as writer:
+        for rewards in ([np.nan, 1.0], [2.0, 2.0], [np.inf, 0.0], [3.0, 4.0]):
+            writer.write_episode(
+                {
+                    "observation": [np.nan, np.inf, 0.0],
+                    "action": np.zeros(2, np.float32),
+                    "reward": np.array(rewards),
+                }
+            )
+
+    def strict(text):
+        def refuse(constant):
+            raise AssertionError(f"not JSON: {constant}")
+
+        return json.loads(text, parse_constant=refuse)
+
+    assert cli.main(["stats", str(tmp_path / "nan"), "--json"]) == 0
+    returns = strict(capsys.readouterr().out)["splits"]["train"]["episode_return"]
+    assert returns["median"] == 7.0  # of 4, inf, 7: the NaN return skipped
+    assert returns["min"] == 4.0 and returns["max"] is None and returns["mean"] is None
+    assert cli.main(["stats", str(tmp_path / "nan"), "--json", "--per-dimension"]) == 0
+    strict(capsys.readouterr().out)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from typing import Any
 
 from rlds_writer.cli.commands import _beam
 
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         for split_stats in stats["splits"].values():
             split_stats.pop("per_episode", None)
     if args.json:
-        print(json.dumps(stats, indent=2))
+        print(_json(stats))
     else:
         print(statistics.format_statistics(stats))
         if args.plot:
@@ -84,7 +86,23 @@ def _per_dimension(args: argparse.Namespace) -> int:
     else:
         out = {split: field_statistics.dataset_statistics(dataset, split) for split in splits}
     if args.json:
-        print(json.dumps(out if len(out) > 1 else out[splits[0]], indent=2))
+        print(_json(out if len(out) > 1 else out[splits[0]]))
     else:
         print("\n".join(field_statistics.format_field_statistics(s) for s in out.values()))
     return 0
+
+
+def _finite(value: Any) -> Any:
+    """`value` with NaN and infinite numbers as None: standard JSON has no NaN or Infinity."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _json(value: Any) -> str:
+    """Statistics as standard JSON (non-finite numbers null), which jq and JSON.parse read."""
+    return json.dumps(_finite(value), indent=2, allow_nan=False)
