@@ -18,7 +18,6 @@ one `RecordRLDS` writes for that sub-env alone. Episodes still open at
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from collections.abc import Mapping
@@ -26,9 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlds_writer.errors import StepValueError, UnsupportedFeatureError, WriterClosedError
+from rlds_writer.errors import StepValueError, WriterClosedError
 from rlds_writer.record.batch import objects
 from rlds_writer.record.batch.arrays import check_batch, host_array
+from rlds_writer.record.batch.fields import (
+    cast_single,
+    check_kept,
+    leaf_paths,
+    pick,
+    with_end_reason,
+)
 from rlds_writer.record.batch.frames import POSITION, BatchFrames, streamable
 from rlds_writer.record.batch.ring import (
     DEFAULT_RING_BYTES,
@@ -41,7 +47,7 @@ from rlds_writer.record.batch.ring import (
 from rlds_writer.record.episode import ACTION, DISCOUNT, OBSERVATION, REWARD, StepFields
 from rlds_writer.record.values import cast_value
 from rlds_writer.store.episodes.episode_data import Episode
-from rlds_writer.store.features import end_reasons, feature_defs, field_specs
+from rlds_writer.store.features import end_reasons
 from rlds_writer.store.storage.object_path import as_path
 from rlds_writer.store.writing.batch_records import EpisodeBatch
 from rlds_writer.store.writing.exit_close import close_at_exit
@@ -52,25 +58,8 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-_KINDS = (field_specs.FLOAT, field_specs.INT, field_specs.BYTES, field_specs.ZLIB)
-_IMAGES = (field_specs.PNG, field_specs.JPEG)
 _GROUPS = (ACTION, REWARD, DISCOUNT)
 METADATA = "metadata"
-
-
-def _leaves(tree: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    if isinstance(tree, dict):
-        return [leaf for k, v in tree.items() for leaf in _leaves(v, (*path, k))]
-    return [(path, tree)]
-
-
-def _pick(value: Any, path: tuple[str, ...], where: str) -> Any:
-    for name in path:
-        if not isinstance(value, Mapping) or name not in value:
-            got = sorted(map(str, value)) if isinstance(value, Mapping) else type(value).__name__
-            raise StepValueError(where, f"expected a batch with key {name!r}, got {got}")
-        value = value[name]
-    return value
 
 
 class BatchRecorder:
@@ -111,7 +100,7 @@ class BatchRecorder:
         self.num_envs = num_envs
         self.split = split
         self._closed = False
-        config = _with_end_reason(config)
+        config = with_end_reason(config)
         self.writer = DatasetWriter(self.data_directory, config, split=split, **writer_kwargs)
         try:
             self._layout = StepFields(
@@ -165,8 +154,8 @@ class BatchRecorder:
             role = TRANSITION if name in _GROUPS else OBSERVATION_LIKE
             group = METADATA if name in layout.metadata_keys else name
             prefix = (name,) if group == METADATA else ()
-            for sub_path, spec in _leaves(layout.step_groups[name]):
-                _check_kept(spec)
+            for sub_path, spec in leaf_paths(layout.step_groups[name]):
+                check_kept(spec)
                 zero = layout.zeros.get(spec.key) if role == TRANSITION else None
                 field = BatchField(spec, role, zero)
                 fields.append(field)
@@ -289,7 +278,7 @@ class BatchRecorder:
             if group not in sources:
                 continue
             for path, field in leaves:
-                value = _pick(sources[group], path, field.key)
+                value = pick(sources[group], path, field.key)
                 if field.key in self._object_keys:
                     ring.ring[field.key][row, i] = objects.one_value(field.spec, value)
                     continue
@@ -475,7 +464,7 @@ class BatchRecorder:
             for path, field in leaves:
                 if role is not None and field.role != role:
                     continue
-                leaf = _pick(value, path, field.key) if path else value
+                leaf = pick(value, path, field.key) if path else value
                 seen = checked.get((field.key, n))
                 if (
                     seen is not None
@@ -493,36 +482,3 @@ class BatchRecorder:
                     checked[field.key, n] = (np.ndarray, leaf.shape, leaf.dtype)
                 out[field.key] = arr
         return out
-
-
-def cast_single(spec: field_specs.FieldSpec, value: Any) -> np.ndarray:
-    """One sub-env's value for `spec`, cast as the batch would be."""
-    arr = host_array(value, spec.key)
-    if arr.shape != tuple(spec.shape):
-        raise StepValueError(spec.key, f"expected {spec.describe()}, got {arr.dtype}{arr.shape}")
-    if arr.dtype != spec.dtype and not np.can_cast(arr.dtype, spec.dtype, "same_kind"):
-        raise StepValueError(spec.key, f"expected {spec.describe()}, got {arr.dtype}")
-    return arr
-
-
-def _check_kept(spec: field_specs.FieldSpec) -> None:
-    if spec.kind in objects.KINDS:
-        return
-    kept = spec.kind in _KINDS or spec.kind in _IMAGES
-    if not kept or any(d is None for d in spec.shape) or spec.dtype is None:
-        raise UnsupportedFeatureError(
-            f"{spec.key}: the batch recorder keeps numeric, image and bytes fields of a fixed "
-            f"shape (and text and TFDS-encoded ones), not {spec.kind} {spec.describe()}; "
-            "record this env with "
-            "RecordRLDSVector(step_fn=...) (a sub-env at a time) or declare a fixed-shape feature"
-        )
-
-
-def _with_end_reason(config: Any) -> Any:
-    """`config` with the episode field `end_reason` first, as the recorders' configs have it."""
-    info = dict(config.episode_metadata_info or {})
-    if end_reasons.END_REASON in info:
-        return config
-    return dataclasses.replace(
-        config, episode_metadata_info={end_reasons.END_REASON: feature_defs.Text(), **info}
-    )
