@@ -6,7 +6,11 @@ in the same order every time. After each `flush()` returns it appends
 `flushed <episodes written>` to the report file with one `os.write` on an
 `O_APPEND` descriptor (a SIGKILL cannot tear it).
 
-    python batch_crash_child.py DIR REPORT STEPS
+    python batch_crash_child.py DIR REPORT STEPS [envpool]
+
+With `envpool`, EnvPool's async API records instead (`RecordRLDSEnvPool`,
+`N` envs, `recv()` of `N // 4`): its threads order the episodes differently
+from run to run.
 """
 
 from __future__ import annotations
@@ -38,5 +42,29 @@ def record(directory: str, report: str | None, steps: int) -> None:
     env.close()
 
 
+def record_envpool(directory: str, report: str, steps: int) -> None:
+    import envpool
+    import numpy as np
+
+    from rlds_writer.record.batch import RecordRLDSEnvPool
+
+    batch = N // 4
+    pool = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=N, batch_size=batch, seed=5)
+    env = RecordRLDSEnvPool(pool, directory, max_episodes_per_file=7, commit_interval=0.01)
+    actions = np.random.default_rng(SEED).integers(0, 2, (steps, batch)).astype(np.int32)
+    fd = os.open(report, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    env.async_reset()
+    for t in range(steps):
+        info = env.recv()[4]
+        env.send(actions[t], info["env_id"])
+        if t % 5 == 4:
+            env.flush()
+            os.write(fd, f"flushed {env.recorder.episodes_written}\n".encode())
+    env.close()
+
+
 if __name__ == "__main__":
-    record(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    if sys.argv[4:] == ["envpool"]:
+        record_envpool(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    else:
+        record(sys.argv[1], sys.argv[2], int(sys.argv[3]))

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import batch_crash_child
+import pytest
 import tensorflow_datasets as tfds
 
 import rlds_writer
@@ -69,6 +70,38 @@ def test_sigkill_mid_batched_recording_loses_no_flushed_episode(tmp_path):
         assert len(got) < len(want) and got == want[: len(got)]
         builder = tfds.builder_from_directory(os.fspath(directory))
         assert builder.info.splits["train"].num_examples == len(got)
+
+
+# Slow: a child importing EnvPool, a TF load of every episode.
+@pytest.mark.slow
+def test_sigkill_mid_envpool_async_recording_loses_no_flushed_episode(tmp_path):
+    """EnvPool's async API (its own threads, its own order): after a SIGKILL and
+    `recover`, every flushed episode is there and plain TFDS loads them all, each an
+    episode of CartPole from is_first to is_last."""
+    pytest.importorskip("envpool")
+    directory, report = tmp_path / "run", tmp_path / "report"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), str(directory), str(report), str(STEPS), "envpool"], env=env
+    )
+    deadline = time.monotonic() + 120
+    while _flushed(report) < 30 and time.monotonic() < deadline:
+        assert child.poll() is None, "the recorder ended before it was killed"
+        time.sleep(0.005)
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    flushed = _flushed(report)
+    assert flushed >= 30
+    rlds_writer.recover(directory)
+    builder = tfds.builder_from_directory(os.fspath(directory))
+    assert builder.info.splits["train"].num_examples >= flushed
+    dataset = builder.as_dataset(split="train")
+    assert sum(1 for _ in dataset) == builder.info.splits["train"].num_examples
+    for episode in dataset.take(5):
+        steps = list(episode["steps"].as_numpy_iterator())
+        assert [s["is_first"] for s in steps] == [True] + [False] * (len(steps) - 1)
+        assert [s["is_last"] for s in steps] == [False] * (len(steps) - 1) + [True]
 
 
 def test_episodes_open_at_interpreter_exit_are_written_cut_short(tmp_path):
