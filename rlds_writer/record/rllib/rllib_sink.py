@@ -41,7 +41,7 @@ from etils import epath
 from rlds_writer.errors import LockedError, UnsafePathError
 from rlds_writer.store.dataset import layout
 from rlds_writer.store.dataset.locking import DirectoryLock
-from rlds_writer.store.storage import file_io, storage
+from rlds_writer.store.storage import file_io, storage, unsaved_shards
 from rlds_writer.store.storage.object_path import as_path
 
 # Files of a dataset directory a mirror receives after its shards, the listing last.
@@ -150,9 +150,10 @@ class EpisodeSink:
         if os.path.getsize(path) != size:
             raise OSError(f"{path}: received {os.path.getsize(path)} of {size} bytes")
         if self.remote:
+            # A failed upload keeps the shard in the kept directory (UploadFailedError names
+            # it) for `recover`, as the writers' own uploads do; `finish` removes staging.
             target = os.fspath(self._target(incarnation, dataset, name))
-            storage.storage_for(target).upload(path, target)
-            os.unlink(path)
+            unsaved_shards.upload_or_keep(storage.storage_for(target), path, target)
             return
         if self.fsync:
             file_io.fsync_file(path)

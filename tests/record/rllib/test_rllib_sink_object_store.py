@@ -118,3 +118,53 @@ def test_the_sink_refuses_a_path_that_leaves_the_root_in_the_bucket(s3_bucket, d
     assert fs.read_bytes(victim) == b"keep"
     assert not fs.exists(s3_bucket.path("run", "writer-00001", "dataset_info.json"))
     sink.finish()
+
+
+@pytest.mark.slow  # the fault proxy and the store's bounds
+def test_a_shard_the_sink_cannot_upload_is_kept_for_recover(s3_bucket, tmp_path, monkeypatch):
+    """The store stops taking uploads while the sink seals a runner's shard: the
+    shard's bytes go to the kept directory (as the writers' own failed uploads do),
+    the error says where, and `recover` on the mirror uploads them: no episode lost."""
+    from fault_proxy import fault_proxy
+
+    from rlds_writer.errors import UploadFailedError
+    from rlds_writer.store.storage import unsaved_shards
+
+    monkeypatch.setenv("RLDS_WRITER_UNSAVED_DIR", str(tmp_path / "unsaved"))
+    monkeypatch.setenv("RLDS_WRITER_STORE_ATTEMPTS", "2")
+    monkeypatch.setenv("RLDS_WRITER_STORE_TIMEOUT", "20")
+    proxy = fault_proxy(s3_bucket, monkeypatch)
+    try:
+        local = str(tmp_path / "runner")
+        _record(local, episodes=5, seed=0)  # shards of 2, 2 and 1 episodes
+        root = s3_bucket.path("run")
+        sink = rllib_sink.EpisodeSink(root)
+        sink.mirror("a", "writer-00001")
+        first, second, third = _shards(local)
+        for name in (first, second, third):
+            with open(os.path.join(local, name), "rb") as f:
+                size = sink.put("a", "writer-00001", name, f.read(), 0)
+            if name == second:
+                monkeypatch.setenv("RLDS_WRITER_STORE_TIMEOUT", "1")
+                proxy.fail("blackhole", method="PUT")
+                with pytest.raises(UploadFailedError) as raised:
+                    sink.seal("a", "writer-00001", name, size)
+                proxy.heal()
+                monkeypatch.setenv("RLDS_WRITER_STORE_TIMEOUT", "20")
+            else:
+                sink.seal("a", "writer-00001", name, size)
+        mirror = f"{root}/writer-00001"
+        kept = unsaved_shards.kept_directory(mirror)
+        assert f"its bytes are kept in {kept}" in str(raised.value)
+        assert [os.path.basename(p) for p in unsaved_shards.kept_shards(kept)] == [second]
+        files = {}
+        for name in (*rllib_sink.METADATA_FILES, rllib_sink.LISTING):
+            with open(os.path.join(local, name), "rb") as f:
+                files[name] = f.read()
+        sink.commit("a", "writer-00001", files)
+        sink.finish()
+        rlds_writer.recover(mirror)
+        assert len(rlds_writer.open_dataset(mirror).episodes("train")) == 5
+        assert not os.path.exists(kept)
+    finally:
+        proxy.close()
