@@ -116,7 +116,9 @@ class BatchRecorder:
         streamed = [f for f in self._fields if streamable(f.spec, f.role)]
         self._frames = None
         if streamed and self.writer.image_workers > 0:
-            self._frames = BatchFrames([f.spec for f in streamed], self.writer.image_workers)
+            self._frames = BatchFrames(
+                [f.spec for f in streamed], self.writer.image_workers, num_envs
+            )
         # Text and fallback fields: a Python value per sub-env (`objects.py`).
         self._object_keys = [f.key for f in self._fields if f.spec.kind in objects.KINDS]
         ring_fields = []
@@ -213,7 +215,7 @@ class BatchRecorder:
         picked = np.flatnonzero(mask)
         envs = picked if ids is None else ids[picked]
         if self._frames is not None:
-            self._frames.encode(values, picked, rows)
+            self._frames.encode(values, picked, rows, begun=ids is None)
         reopen = envs[self._ring.open[envs]]
         if len(reopen):
             self._end_envs(reopen, False, cut_short=True)
@@ -258,7 +260,7 @@ class BatchRecorder:
         )
         if self._frames is not None:  # the frames of the sub-envs in an episode
             recorded = self._ring.open if ids is None else self._ring.open[ids]
-            self._frames.encode(values, np.flatnonzero(recorded), len(recorded))
+            self._frames.encode(values, np.flatnonzero(recorded), len(recorded), added=ids is None)
         if ids is None:
             self._ring.write(values)
         else:
@@ -284,6 +286,7 @@ class BatchRecorder:
                     continue
                 value = cast_single(field.spec, value)
                 if self._frames is not None and field.key in self._frames.specs:
+                    self._frames.moved(field.key, i)
                     ring.ring[field.key][row, i] = self._frames.encode_one(field.key, value)
                     ring.ring[field.key + POSITION][row, i] = 0
                 else:

@@ -82,12 +82,17 @@ class BatchFrames:
       threads: encoding threads (the recording's `image_workers`).
     """
 
-    def __init__(self, specs: list[field_specs.FieldSpec], threads: int):
+    def __init__(self, specs: list[field_specs.FieldSpec], threads: int, num_envs: int):
         self.specs = {s.key: s for s in specs}
         self.codecs = {s.key: _Codec(s) for s in specs}
         self.threads = max(1, threads)
         self._pending: collections.deque[tuple[frame_stream._Batch, int]] = collections.deque()
         self._pending_bytes = 0
+        # The last whole step added (its batch and handles), and which of its
+        # rows `replace` took out of the ring: same-step autoreset's next first
+        # observations, which `begin` then takes as they are, not encoded twice.
+        self._last: dict[str, tuple[Any, np.ndarray, np.ndarray]] = {}
+        self._moved = {s.key: np.zeros(num_envs, np.bool_) for s in specs}
 
     def ring_fields(self, field: BatchField) -> list[BatchField]:
         """The two ring columns that stand for a streamed field's frames."""
@@ -97,7 +102,15 @@ class BatchFrames:
             BatchField(_HandleSpec(field.key + POSITION, np.int32, 0), field.role),  # type: ignore[arg-type]
         ]
 
-    def encode(self, values: dict[str, Any], rows: np.ndarray | None, n: int) -> None:
+    def encode(
+        self,
+        values: dict[str, Any],
+        rows: np.ndarray | None,
+        n: int,
+        *,
+        added: bool = False,
+        begun: bool = False,
+    ) -> None:
         """Replaces each streamed field's batch in `values` by its frames' handles.
 
         Args:
@@ -105,26 +118,57 @@ class BatchFrames:
           rows: the rows whose frames are recorded (None: all); the others get
             no handle (their row of the ring is never read).
           n: the batch's rows.
+          added: a whole step `add`ed (row `i` is sub-env `i`): kept for `begin`.
+          begun: episodes begun by `begin` of a whole batch: rows of the step
+            just added that `replace` took out of the ring are taken as they are.
         """
         for key, spec in self.specs.items():
             batch = values.get(key)
             if batch is None:
                 continue
-            if rows is not None and len(rows) == n:
-                rows = None  # every row: a slice copies faster than an index
-            # The one copy of the frames (the env may reuse its buffers): an
-            # index copies, and a cast of another dtype does.
-            if rows is None:
-                frames = np.array(batch, spec.dtype, copy=True, order="C")
-            else:
-                frames = np.ascontiguousarray(batch[rows], spec.dtype)
             slices = np.empty(n, object)
             places = np.zeros(n, np.int32)
+            todo = rows
+            if begun and rows is not None and key in self._last:
+                todo = self._take_moved(key, batch, rows, slices, places)
+            if todo is not None and len(todo) == n:
+                todo = None  # every row: a slice copies faster than an index
+            # The one copy of the frames (the env may reuse its buffers): an
+            # index copies, and a cast of another dtype does.
+            if todo is None:
+                frames = np.array(batch, spec.dtype, copy=True, order="C")
+            else:
+                frames = np.ascontiguousarray(batch[todo], spec.dtype)
             if len(frames):
-                where = np.arange(n) if rows is None else rows
+                where = np.arange(n) if todo is None else todo
                 self._submit(key, frames, where, slices, places)
             values[key] = slices
             values[key + POSITION] = places
+            if added:
+                self._last[key] = (batch, slices, places)
+                self._moved[key][:] = False
+
+    def moved(self, key: str, i: int) -> None:
+        """`replace` takes sub-env `i`'s frame of the step just added out of the ring."""
+        self._moved[key][i] = True
+
+    def _take_moved(
+        self, key: str, batch: Any, rows: np.ndarray, slices: np.ndarray, places: np.ndarray
+    ) -> np.ndarray:
+        """Gives `rows` the handles of the frames `replace` took out of the ring, where
+        `batch` is the very array of the last step added; returns the rows left to encode."""
+        last, last_slices, last_places = self._last[key]
+        if last is not batch:
+            return rows
+        moved = self._moved[key]
+        take = moved[rows] & np.not_equal(last_slices[rows], None)
+        if not take.any():
+            return rows
+        reused = rows[take]
+        slices[reused] = last_slices[reused]
+        places[reused] = last_places[reused]
+        moved[reused] = False  # each frame enters one episode
+        return rows[~take]
 
     def encode_one(self, key: str, frame: np.ndarray) -> frame_stream._Batch:
         """Hands one frame (sub-env `i`'s final observation) to the threads."""
