@@ -194,7 +194,7 @@ def test_import_never_fails_and_using_the_feature_names_the_extra():
             "rlds_writer.interop.formats.rllib.offline (RLlib offline training) needs ray, which "
             'is not installed: pip install "rlds_writer[rllib]"',
         ),
-        (
+        pytest.param(
             # Checked on the driver: on Ray's read tasks the ImportError came too late, buried.
             "from ray.rllib.algorithms.bc import BCConfig\n"
             "    from rlds_writer.interop.formats.rllib.offline import offline_config\n"
@@ -202,6 +202,8 @@ def test_import_never_fails_and_using_the_feature_names_the_extra():
             "msgpack_numpy",
             "reading RLlib's episode schema (offline_config(schema='episodes')) needs "
             'msgpack_numpy, which is not installed: pip install "rlds_writer[rllib,convert]"',
+            marks=pytest.mark.slow,  # imports RLlib: 10-20 s
+            id="offline_config-episodes",
         ),
         (
             "from rlds_writer.read.torch_data import RLDSIterableDataset",
