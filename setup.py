@@ -95,11 +95,13 @@ def _extensions() -> list[Extension]:
     """The recorders' C step (rlds_writer/record/step_kernel.py), the SSE4.2
     CRC-32C (rlds_writer/store/formats/tfrecord/tfrecord.py), the thread that writes zeros
     ahead of a shard's records (rlds_writer/store/formats/tfrecord/write_ahead.py) and the
-    batch recorder's gather and record encoding (rlds_writer/store/writing/batch_records.py),
-    all optional.
+    batch recorder's gather and record encoding (rlds_writer/store/writing/batch_records.py)
+    and the float32 columns' NaN scan (rlds_writer/store/features/field_encoding.py), all
+    optional.
 
     Without a C compiler the build warns and goes on: the package records with
-    its Python step, google_crc32c, and zeros written on the recording thread.
+    its Python step, google_crc32c, zeros written on the recording thread, and
+    numpy's NaN test.
     RLDS_WRITER_PURE_PYTHON=1 builds none (a pure wheel).
     """
     if os.environ.get("RLDS_WRITER_PURE_PYTHON", "") not in ("", "0"):
@@ -128,6 +130,11 @@ def _extensions() -> list[Extension]:
         Extension(
             "rlds_writer.store.writing._batch_records",
             ["rlds_writer/store/writing/_batch_records.c"],
+            optional=True,
+        ),
+        Extension(
+            "rlds_writer.store.features._float_bits",
+            ["rlds_writer/store/features/_float_bits.c"],
             optional=True,
         ),
     ]

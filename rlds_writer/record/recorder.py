@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +37,7 @@ from rlds_writer.store.episodes import interrupts
 from rlds_writer.store.features import end_reasons, feature_defs, field_specs
 from rlds_writer.store.storage.object_path import as_path
 from rlds_writer.store.writing.dataset_setup import check_mode
-from rlds_writer.store.writing.exit_close import close_at_exit, forked_message
+from rlds_writer.store.writing.exit_close import close_at_exit, forked_message, process_id
 from rlds_writer.store.writing.writer import DatasetWriter
 
 if TYPE_CHECKING:
@@ -111,7 +110,7 @@ class Recorder:
         self._pending_steps = 0
         self._zeros: dict[str, Any] = {}
         self._closed = False
-        self._pid = os.getpid()  # a forked child gets an error, never the parent's files
+        self._pid = process_id()  # a forked child gets an error, never the parent's files
         self._steps_at_fork: int | None = None
         if not infer:
             self._create_writer(self._declared_step, self._declared_episode)
@@ -134,7 +133,7 @@ class Recorder:
         self, slot: Hashable, observation: Any, step_metadata: Mapping[str, Any] | None
     ) -> None:
         """Starts an episode in `slot`; an open one there is ended as cut short."""
-        if self._closed or self._pid != os.getpid():
+        if self._closed or self._pid != process_id():
             self._check_open()
         self._stopped.discard(slot)
         if slot in self._buffers or slot in self._pending:
@@ -236,7 +235,7 @@ class Recorder:
           split: the split to write it to (default: the recorder's).
           cut_short: the recorder, not the env, ended it (`end_reason`).
         """
-        if self._pid != os.getpid():
+        if self._pid != process_id():
             self._check_open()
         split = split or self.split
         reason = end_reasons.CUT_SHORT if cut_short else _env_end(terminated)
@@ -273,7 +272,7 @@ class Recorder:
         """Ends open episodes (cut short), writes everything and closes."""
         if self._closed:
             return
-        if self._pid != os.getpid():
+        if self._pid != process_id():
             # A forked child's copy: what it holds is the parent's to write.
             self._closed = True
             if self._open_steps() != self._steps_at_fork:
@@ -327,7 +326,7 @@ class Recorder:
         return buffered + sum(len(p.steps) for p in self._pending.values())
 
     def _check_open(self) -> None:
-        if self._pid != os.getpid():
+        if self._pid != process_id():
             raise ForkedRecorderError(forked_message(self.data_directory, self._pid))
         if self._closed:
             raise WriterClosedError(f"the recorder of {self.data_directory} is closed")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import queue
 import threading
 import time
@@ -33,6 +32,7 @@ from rlds_writer.store.formats import shards
 from rlds_writer.store.storage.object_path import as_path
 from rlds_writer.store.writing import dataset_setup, encoding, exit_close
 from rlds_writer.store.writing.batch_records import BatchRecordEncoder, EpisodeBatch, supports
+from rlds_writer.store.writing.exit_close import process_id
 from rlds_writer.store.writing.failure_text import failure_text
 from rlds_writer.store.writing.split_shards import SplitShards
 
@@ -166,7 +166,7 @@ class DatasetWriter:
             self.encoder.close()
             raise
 
-        self._pid = os.getpid()  # a forked child never writes through our files (`_check`)
+        self._pid = process_id()  # a forked child never writes through our files (`_check`)
         self.episodes_written = 0
         self.steps_written = 0
         self.bytes_written = 0
@@ -203,7 +203,7 @@ class DatasetWriter:
           WriterFailedError: if the writer thread failed earlier.
           WriterClosedError: if the writer is closed.
         """
-        if self._error is not None or self._closed or self._pid != os.getpid():
+        if self._error is not None or self._closed or self._pid != process_id():
             self._check()
         split = split or self.default_split
         size = episode.nbytes
@@ -289,7 +289,7 @@ class DatasetWriter:
     def _close(self) -> None:
         self._closed = True
         exit_close.closed(self)
-        if self._pid != os.getpid():
+        if self._pid != process_id():
             return  # a forked child's copy: the files, lock and processes are the parent's
         if self._thread.is_alive():
             if not self._queue.queue and self._waiting is None:
@@ -317,7 +317,7 @@ class DatasetWriter:
 
     def set_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Replaces `metadata.json` (atomically) with JSON-safe `metadata`."""
-        if self._pid != os.getpid():
+        if self._pid != process_id():
             self._check()
         self._metadata = json_values.jsonable(dict(metadata))
         self._shards.write_metadata(self._metadata)
@@ -336,7 +336,7 @@ class DatasetWriter:
     # ---------------------------------------------------------------- thread
 
     def _check(self) -> None:
-        if self._pid != os.getpid():
+        if self._pid != process_id():
             raise ForkedRecorderError(exit_close.forked_message(self.path, self._pid))
         if self._error is not None:
             raise WriterFailedError(
