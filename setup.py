@@ -94,7 +94,7 @@ _EXTRAS["test"] = [
 def _extensions() -> list[Extension]:
     """The recorders' C step (rlds_writer/record/step_kernel.py), the SSE4.2
     CRC-32C (rlds_writer/store/formats/tfrecord/tfrecord.py), the thread that writes zeros
-    ahead of a shard's records (rlds_writer/store/formats/tfrecord/write_ahead.py) and the
+    ahead of a shard's records (rlds_writer/store/formats/tfrecord/write_ahead.py), the
     batch recorder's gather and record encoding (rlds_writer/store/writing/batch_records.py)
     and the float32 columns' NaN scan (rlds_writer/store/features/field_encoding.py), all
     optional.
