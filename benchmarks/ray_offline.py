@@ -366,12 +366,24 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--nodes", type=int, choices=(1, 2), default=1)
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=0,
+        help="torch threads of the local learner (in this process); 0: torch's default",
+    )
     add_report_argument(parser)
     args = parser.parse_args()
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
         run = _two_nodes if args.nodes == 2 else _one_node
         transitions, sizes, reads, learners = run(args, tmp)
     nodes = f" --nodes {args.nodes}" if args.nodes == 2 else ""
+    if args.torch_threads:
+        nodes += f" --torch-threads {args.torch_threads}"
     where = (
         "one local Ray with 2 CPUs"
         if args.nodes == 1

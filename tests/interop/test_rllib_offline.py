@@ -69,6 +69,24 @@ def _train(algo, timeout=180):
     return out["result"]
 
 
+def test_the_prelearner_pool_leaves_a_read_task_its_cpus():
+    from ray.rllib.algorithms.bc import BCConfig
+
+    def pool(cpus, read_cpus=1.0, **learners):
+        config = BCConfig().learners(**learners) if learners else BCConfig()
+        return offline.prelearner_resources(config, read_cpus, cpus=cpus)
+
+    assert pool(2) == {"concurrency": 1}  # RLlib's 2 x 1 CPU would hold both
+    assert pool(8) == {"concurrency": 2}  # RLlib's own size when there is room
+    assert pool(1) == {"concurrency": 1, "num_cpus": 0.0}  # beside the read task
+    assert pool(1.5) == {"concurrency": 1, "num_cpus": 0.5}  # the half CPU left
+    assert pool(2, read_cpus=0.5) == {"concurrency": 1}
+    assert pool(5, num_learners=2) == {"concurrency": 2}  # 5 - 2 learners - 1 read
+    assert pool(4, num_learners=2) == {"concurrency": 1}
+    chosen = BCConfig().offline_data(map_batches_kwargs={"concurrency": 3})
+    assert offline.prelearner_resources(chosen, cpus=2) == {}  # the user's choice kept
+
+
 def _p_right(algo, observations):
     """The trained policy's mean probability of action 1 on the recorded observations."""
 

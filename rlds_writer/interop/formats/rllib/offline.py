@@ -191,7 +191,9 @@ def _read_cpus(read_kwargs: Mapping[str, Any]) -> float:
     return float(cpus)
 
 
-def prelearner_resources(config: Any, read_cpus: float = 1.0) -> dict[str, Any]:
+def prelearner_resources(
+    config: Any, read_cpus: float = 1.0, cpus: float | None = None
+) -> dict[str, Any]:
     """`map_batches` resources for the pre-learner actors that leave the read tasks a CPU.
 
     RLlib starts `max(2, num_learners)` pre-learner actors of 1 CPU each; on a
@@ -204,6 +206,7 @@ def prelearner_resources(config: Any, read_cpus: float = 1.0) -> dict[str, Any]:
     Args:
       config: the `AlgorithmConfig` (its learners, env runners, `map_batches_kwargs`).
       read_cpus: the CPUs one read task asks for.
+      cpus: the cluster's CPUs (default: Ray's, if it is running).
 
     Returns:
       `concurrency` (and `num_cpus` if cut below the actor's) to merge into
@@ -212,9 +215,12 @@ def prelearner_resources(config: Any, read_cpus: float = 1.0) -> dict[str, Any]:
     import ray
 
     asked = dict(config.map_batches_kwargs or {})
-    if "concurrency" in asked or not ray.is_initialized():
+    if "concurrency" in asked:
         return {}
-    cpus = float(ray.cluster_resources().get("CPU", 0))
+    if cpus is None:
+        if not ray.is_initialized():
+            return {}
+        cpus = float(ray.cluster_resources().get("CPU", 0))
     if config.num_learners > 0:
         per_learner = config.num_cpus_per_learner
         if per_learner == "auto":
