@@ -137,6 +137,8 @@ class BatchRecorder:
         ]
         # Episodes that end together are encoded together where every field allows.
         self._batched = self.writer.batch_encoder is not None
+        # Ends of sub-envs stepped together in one C call, cut by the writer thread.
+        self._plan_ends = self._batched and self._ring.can_defer
         # A batch's memory per step (its columns and flags), for the writer's queue budget.
         self._row_nbytes = sum(f.spec.row_nbytes for f in self._fields) + 3 if self._batched else 0
         self._metadata_keys = list(self._layout.metadata_keys)
@@ -310,6 +312,26 @@ class BatchRecorder:
           cut_short: the recorder, not the env, ended them (`end_reason`).
           env_ids: as for `begin`.
         """
+        if (
+            env_ids is None
+            and self._plan_ends
+            and not self._ring.spilled
+            and type(mask) is np.ndarray
+            and mask.dtype == np.bool_
+            and mask.shape == (self.num_envs,)
+            and mask.flags.c_contiguous
+        ):
+            if cut_short:
+                self._end_planned(mask, None)
+                return
+            if (
+                type(terminated) is np.ndarray
+                and terminated.dtype == np.bool_
+                and terminated.shape == mask.shape
+                and terminated.flags.c_contiguous
+            ):
+                self._end_planned(mask, terminated)
+                return
         ids = self._ids(env_ids)
         rows = self.num_envs if ids is None else len(ids)
         picked = np.flatnonzero(self._mask(mask, rows))
@@ -381,10 +403,32 @@ class BatchRecorder:
                 objects.as_lists(columns, self._object_keys)
             write(Episode(columns, dict(self._reason_values[reason]), n), split)
 
+    def _end_planned(self, mask: np.ndarray, terminated: np.ndarray | None) -> None:
+        # The usual vector step's ends: the episodes' bookkeeping in one C
+        # call (`TimeRing.end_masked`), their columns cut by the writer thread.
+        planned = self._ring.end_masked(mask, terminated)
+        if planned is None:
+            return
+        envs, offsets, steps, reasons, fill, oldest = planned
+        total = int(offsets[-1] + steps[-1])
+        batch = EpisodeBatch(
+            None,
+            offsets,
+            steps,
+            reasons,
+            self._reason_values,
+            fill=functools.partial(self._flagged, fill, offsets, steps, reasons),
+            nbytes=total * self._row_nbytes,
+        )
+        self._ring.defer(oldest, batch)
+        self.writer.write(batch, self.split)
+
     def _flagged(
         self, fill: Any, offsets: np.ndarray, steps: np.ndarray, ended: np.ndarray
     ) -> dict[str, np.ndarray]:
         columns = fill()
+        if ended.dtype != np.bool_:  # the end reasons (`_end_planned`)
+            ended = ended == 0
         self._add_flags(columns, offsets, steps, ended)
         return columns
 

@@ -263,6 +263,27 @@ class TimeRing:
             columns[key] = column
         return envs, offsets, steps, columns
 
+    def end_masked(self, mask: np.ndarray, terminated: np.ndarray | None) -> tuple[Any, ...] | None:
+        """`gather(later=True)` of the open episodes of the sub-envs in `mask`, in one C call.
+
+        For a ring that `can_defer` with nothing spilled (the caller checks);
+        `mask` and `terminated` (None: cut short) C-contiguous bool `[N]`.
+
+        Returns:
+          None if no episode ends, else `(envs, offsets, steps, reasons, fill,
+          oldest)`: `gather`'s, with each episode's end reason (0 terminated,
+          1 truncated, 2 cut short) from one pass over the sub-envs.
+        """
+        plan = np.empty((6, self.num_envs), np.int64)
+        count, total, oldest = batch_records.native.plan(
+            plan, mask, self.open, self.start, terminated, self.t
+        )
+        if not count:
+            return None
+        envs, starts, rows_per, offsets, steps, reasons = plan[:, :count]
+        fill = self._fill(envs, starts, rows_per, offsets, total)
+        return envs, offsets, steps, reasons, fill, oldest
+
     def _gather_later(self, envs: np.ndarray) -> tuple[Any, ...]:
         last = self.t - 1
         starts = self.start[envs]
@@ -270,6 +291,17 @@ class TimeRing:
         steps = rows_per + 1
         offsets = np.cumsum(steps) - steps
         total = int(steps[-1] + offsets[-1])
+        fill = self._fill(envs, starts, rows_per, offsets, total)
+        return envs, offsets, steps, fill, int(starts.min())
+
+    def _fill(
+        self,
+        envs: np.ndarray,
+        starts: np.ndarray,
+        rows_per: np.ndarray,
+        offsets: np.ndarray,
+        total: int,
+    ) -> Any:
         # The first observations now: a reset on this step overwrites them.
         firsts = {key: head[envs] for key, head in self.heads.items()}
         ring, zeros, fields = self.ring, self.zeros, self.fields
@@ -286,7 +318,7 @@ class TimeRing:
                     gather(column, ring[key], zeros[key], envs, starts, rows_per, offsets, 0)
             return columns
 
-        return envs, offsets, steps, fill, int(starts.min())
+        return fill
 
     def _gather_spilled(self, i: int) -> tuple[int, int, dict[str, np.ndarray]]:
         spilled = self.spilled.pop(i)

@@ -20,7 +20,16 @@
  *     column is C-contiguous, `elems` values a row. starts and lengths are
  *     int64 arrays as bytes: record j's frame at starts[j], its data length.
  *
- * Both run without the GIL (the env thread and the writer thread overlap).
+ * plan(out, mask, open, start, terminated, t) -> (count, total, oldest)
+ *     the bookkeeping of the episodes that end on one vector step: for each
+ *     sub-env i (in order) with mask[i] and open[i], clears open[i] and writes
+ *     into out [6, N] int64 rows: the sub-env, its first ring row start[i],
+ *     its transitions t - start[i], its first row in the batch's columns, its
+ *     steps (transitions + 1) and its end reason (0 terminated[i], 1 not,
+ *     2 every one where terminated is None: cut short). Returns how many, the
+ *     steps in all and the oldest first row (t if none).
+ *
+ * gather and encode run without the GIL (the env thread and the writer thread overlap).
  * An optional extension: where it is not built, or the CPU has no SSE4.2
  * (module init raises ImportError), batch_records.py does the same in numpy.
  */
@@ -548,6 +557,103 @@ done:
     return result;
 }
 
+
+/* -------------------------------------------------------------------- plan */
+
+static int
+get_flags(PyObject *obj, Py_buffer *view, Py_ssize_t count, int writable, const char *name)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) <
+        0) {
+        return -1;
+    }
+    if (view->len != count || view->itemsize != 1) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd bool values", name, count);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+plan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "plan(out, mask, open, start, terminated, t)");
+        return NULL;
+    }
+    long long t = PyLong_AsLongLong(args[5]);
+    if (t == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer out, mask, open, start, term;
+    if (PyObject_GetBuffer(args[0], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        return NULL;
+    }
+    Py_ssize_t n = out.len / (6 * (Py_ssize_t)sizeof(int64_t));
+    if (out.len != n * 6 * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "plan: out is int64 [6, N]");
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    if (get_flags(args[1], &mask, n, 0, "mask") < 0) {
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    if (get_flags(args[2], &open, n, 1, "open") < 0) {
+        PyBuffer_Release(&out);
+        PyBuffer_Release(&mask);
+        return NULL;
+    }
+    if (get_index(args[3], &start, n, "start") < 0) {
+        PyBuffer_Release(&out);
+        PyBuffer_Release(&mask);
+        PyBuffer_Release(&open);
+        return NULL;
+    }
+    int cut = args[4] == Py_None;
+    if (!cut && get_flags(args[4], &term, n, 0, "terminated") < 0) {
+        PyBuffer_Release(&out);
+        PyBuffer_Release(&mask);
+        PyBuffer_Release(&open);
+        PyBuffer_Release(&start);
+        return NULL;
+    }
+    int64_t *env = out.buf, *first = env + n, *moves = first + n, *at = moves + n;
+    int64_t *steps = at + n, *reason = steps + n;
+    const unsigned char *m = mask.buf, *ended = cut ? NULL : term.buf;
+    unsigned char *o = open.buf;
+    const int64_t *s = start.buf;
+    Py_ssize_t count = 0;
+    int64_t total = 0, oldest = t;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!(m[i] && o[i])) {
+            continue;
+        }
+        o[i] = 0;
+        env[count] = i;
+        first[count] = s[i];
+        moves[count] = t - s[i];
+        at[count] = total;
+        steps[count] = t - s[i] + 1;
+        reason[count] = cut ? 2 : (ended[i] ? 0 : 1);
+        total += steps[count];
+        if (s[i] < oldest) {
+            oldest = s[i];
+        }
+        count++;
+    }
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&mask);
+    PyBuffer_Release(&open);
+    PyBuffer_Release(&start);
+    if (!cut) {
+        PyBuffer_Release(&term);
+    }
+    return Py_BuildValue("nLL", count, (long long)total, (long long)oldest);
+}
+
 #endif /* HAVE_SSE42 */
 
 static PyMethodDef methods[] = {
@@ -558,6 +664,9 @@ static PyMethodDef methods[] = {
     {"encode", (PyCFunction)(void (*)(void))encode, METH_FASTCALL,
      "encode(fields, offsets, steps, reasons, constants) -> (buffer, starts, lengths): "
      "episodes' framed tf.train.Example records."},
+    {"plan", (PyCFunction)(void (*)(void))plan, METH_FASTCALL,
+     "plan(out, mask, open, start, terminated, t) -> (count, total, oldest): the episodes "
+     "that end on one vector step."},
 #endif
     {NULL, NULL, 0, NULL},
 };

@@ -61,3 +61,44 @@ def test_the_c_gather_cuts_the_same_episodes_as_numpy(monkeypatch, per_env):
     for key, column in columns_n.items():
         assert column.dtype == columns_c[key].dtype
         assert column.tobytes() == columns_c[key].tobytes(), key
+
+
+def test_one_c_call_plans_a_vector_steps_ends_as_gather_does():
+    if batch_records.native is None:
+        pytest.skip("the _batch_records extension is not built here")
+    fields = [
+        _field("observation", (3,), np.float32, OBSERVATION_LIKE),
+        _field("action", (), np.int64, TRANSITION, 7),
+    ]
+    num_envs, rng = 6, np.random.default_rng(1)
+
+    def batch():
+        return {f.key: rng.standard_normal((num_envs, *f.spec.shape)).astype(f.spec.dtype)
+                for f in fields}  # fmt: skip
+
+    rings = [TimeRing(fields, num_envs, chunk=8) for _ in range(2)]
+    values = [batch() for _ in range(30)]
+    for ring in rings:  # both the same: rows wrap, sub-env 5 closed, 2 ended before any step
+        ring.begin(np.arange(5), values[0])
+        for t in range(1, 30):
+            ring.write(values[t])
+            if t == 20:
+                ring.begin(np.array([0, 3]), values[t])
+        ring.begin(np.array([2]), values[29])
+    mask = np.array([True, False, True, True, False, True])
+    terminated = np.array([False, True, True, False, True, True])
+    envs, offsets, steps, reasons, fill, oldest = rings[0].end_masked(mask, terminated)
+    ids, offsets_n, steps_n, fill_n, oldest_n = rings[1].gather(np.array([0, 2, 3]), later=True)[0]
+    assert envs.tolist() == ids.tolist() == [0, 2, 3]  # 5 is not open: skipped
+    assert offsets.tolist() == offsets_n.tolist() and steps.tolist() == steps_n.tolist()
+    assert 1 in steps.tolist() and oldest == oldest_n
+    assert reasons.tolist() == [1, 0, 1]
+    assert (rings[0].open == rings[1].open).all() and rings[0].open.tolist()[:2] == [False, True]
+    for key, column in fill().items():
+        assert (column == fill_n()[key]).all()
+    # Cut short: every reason 2; nothing left open to end: None.
+    cut = rings[0].end_masked(np.ones(num_envs, np.bool_), None)
+    assert cut[0].tolist() == [1, 4] and cut[3].tolist() == [2, 2]
+    assert rings[0].end_masked(np.ones(num_envs, np.bool_), None) is None
+    with pytest.raises(ValueError, match="mask: expected 6 bool values"):
+        rings[0].end_masked(np.ones(5, np.bool_), None)
