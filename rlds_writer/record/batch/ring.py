@@ -105,6 +105,7 @@ class TimeRing:
         # (their oldest row, the batch); made before a chunk holding their rows is
         # overwritten, if the writer thread has not made them by then.
         self.deferred: collections.deque[tuple[int, Any]] = collections.deque()
+        self._plan = np.empty((6, num_envs), np.int64)  # `end_masked`'s, reused
         self.can_defer = (
             per_env is False
             and batch_records.native is not None
@@ -274,13 +275,15 @@ class TimeRing:
           oldest)`: `gather`'s, with each episode's end reason (0 terminated,
           1 truncated, 2 cut short) from one pass over the sub-envs.
         """
-        plan = np.empty((6, self.num_envs), np.int64)
+        plan = self._plan
         count, total, oldest = batch_records.native.plan(
             plan, mask, self.open, self.start, terminated, self.t
         )
         if not count:
             return None
-        envs, starts, rows_per, offsets, steps, reasons = plan[:, :count]
+        # A small copy of the reused plan's rows (the batch keeps them): a fresh
+        # [6, N] array each step would cost a page fault per row.
+        envs, starts, rows_per, offsets, steps, reasons = plan[:, :count].copy()
         fill = self._fill(envs, starts, rows_per, offsets, total)
         return envs, offsets, steps, reasons, fill, oldest
 
