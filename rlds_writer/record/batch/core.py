@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlds_writer.errors import StepValueError, WriterClosedError
+from rlds_writer.errors import WriterClosedError
 from rlds_writer.record.batch import objects
-from rlds_writer.record.batch.arrays import check_batch, host_array
 from rlds_writer.record.batch.fields import (
     cast_single,
     check_kept,
@@ -36,6 +35,7 @@ from rlds_writer.record.batch.fields import (
     with_end_reason,
 )
 from rlds_writer.record.batch.frames import POSITION, BatchFrames, streamable
+from rlds_writer.record.batch.inputs import StepInputs
 from rlds_writer.record.batch.ring import (
     DEFAULT_RING_BYTES,
     OBSERVATION_LIKE,
@@ -121,6 +121,7 @@ class BatchRecorder:
             )
         # Text and fallback fields: a Python value per sub-env (`objects.py`).
         self._object_keys = [f.key for f in self._fields if f.spec.kind in objects.KINDS]
+        self._inputs = StepInputs(self._groups, self._object_keys, num_envs)
         ring_fields = []
         for f in self._fields:
             if self._frames is not None and f in streamed:
@@ -142,7 +143,6 @@ class BatchRecorder:
         # A batch's memory per step (its columns and flags), for the writer's queue budget.
         self._row_nbytes = sum(f.spec.row_nbytes for f in self._fields) + 3 if self._batched else 0
         self._metadata_keys = list(self._layout.metadata_keys)
-        self._checked: dict[tuple[str, int], tuple[type, tuple, np.dtype]] = {}
         close_at_exit(self)
 
     # ------------------------------------------------------------ set-up
@@ -208,10 +208,10 @@ class BatchRecorder:
             (EnvPool's async `recv`); None: row `i` is sub-env `i`.
         """
         self._check_open()
-        ids = self._ids(env_ids)
+        ids = self._inputs.ids(env_ids)
         rows = len(ids) if ids is not None else self.num_envs
-        mask = self._mask(mask, rows)
-        values = self._values(
+        mask = self._inputs.mask(mask, rows)
+        values = self._inputs.values(
             OBSERVATION_LIKE, rows, observation=observation, metadata=step_metadata
         )
         picked = np.flatnonzero(mask)
@@ -245,13 +245,13 @@ class BatchRecorder:
             them (each sub-env then has its own time).
         """
         self._check_open()
-        ids = self._ids(env_ids)
+        ids = self._inputs.ids(env_ids)
         if (ids is not None) != self._per_env:
             raise ValueError(
                 "env_ids are for a BatchRecorder made with per_env=True (sub-envs stepped "
                 "apart), and it needs them at every add"
             )
-        values = self._values(
+        values = self._inputs.values(
             None,
             self.num_envs if ids is None else len(ids),
             observation=observation,
@@ -332,9 +332,9 @@ class BatchRecorder:
             ):
                 self._end_planned(mask, terminated)
                 return
-        ids = self._ids(env_ids)
+        ids = self._inputs.ids(env_ids)
         rows = self.num_envs if ids is None else len(ids)
-        picked = np.flatnonzero(self._mask(mask, rows))
+        picked = np.flatnonzero(self._inputs.mask(mask, rows))
         if not len(picked):
             return
         if type(terminated) is not np.ndarray or terminated.shape != (rows,):
@@ -476,56 +476,3 @@ class BatchRecorder:
     def _check_open(self) -> None:
         if self._closed:
             raise WriterClosedError(f"the batch recorder of {self.data_directory} is closed")
-
-    def _ids(self, env_ids: Any) -> np.ndarray | None:
-        if env_ids is None:
-            return None
-        ids = host_array(env_ids, "env_ids").astype(np.int64, copy=False).reshape(-1)
-        if len(ids) and (ids.min() < 0 or ids.max() >= self.num_envs):
-            raise StepValueError("env_ids", f"expected sub-envs in [0, {self.num_envs}), got {ids}")
-        return ids
-
-    def _mask(self, mask: Any, rows: int) -> np.ndarray:
-        if mask is None:
-            return np.ones(rows, np.bool_)
-        arr = host_array(mask, "mask")
-        if arr.dtype != np.bool_ or arr.shape != (rows,):
-            raise StepValueError(
-                "mask", f"expected bool[{self.num_envs}], got {arr.dtype}{arr.shape}"
-            )
-        return arr
-
-    def _values(self, role: str | None, n: int, **groups: Any) -> dict[str, np.ndarray]:
-        """Every field's batch of `n` rows, checked; `role` limits it to those fields."""
-        out: dict[str, np.ndarray] = {}
-        checked = self._checked
-        for group, leaves in self._groups.items():
-            value = groups.get(group)
-            if value is None:
-                first = leaves[0][1]
-                if role is not None and first.role != role:
-                    continue
-                if group == DISCOUNT:
-                    raise StepValueError(first.key, "the dataset has a discount column: pass it")
-                raise StepValueError(first.key, "expected a batch, got None")
-            for path, field in leaves:
-                if role is not None and field.role != role:
-                    continue
-                leaf = pick(value, path, field.key) if path else value
-                seen = checked.get((field.key, n))
-                if (
-                    seen is not None
-                    and type(leaf) is seen[0]
-                    and leaf.shape == seen[1]
-                    and leaf.dtype == seen[2]
-                ):
-                    out[field.key] = leaf
-                    continue
-                if field.key in self._object_keys:  # never in `checked`
-                    out[field.key] = objects.value_batch(field.spec, leaf, n)
-                    continue
-                arr = check_batch(field.spec, host_array(leaf, field.key), n)
-                if type(leaf) is np.ndarray and arr is leaf:
-                    checked[field.key, n] = (np.ndarray, leaf.shape, leaf.dtype)
-                out[field.key] = arr
-        return out

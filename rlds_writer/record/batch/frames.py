@@ -114,7 +114,7 @@ class BatchFrames:
         """Replaces each streamed field's batch in `values` by its frames' handles.
 
         Args:
-          values: field key -> checked batch of `n` rows (`BatchRecorder._values`).
+          values: field key -> checked batch of `n` rows (`StepInputs.values`).
           rows: the rows whose frames are recorded (None: all); the others get
             no handle (their row of the ring is never read).
           n: the batch's rows.
