@@ -367,17 +367,7 @@ class BatchRecorder:
             else:
                 reasons = np.where(ended, 0, 1)
             if len(together) == 5:  # cut from the ring later, by the writer thread
-                batch = EpisodeBatch(
-                    None,
-                    offsets,
-                    steps,
-                    reasons,
-                    self._reason_values,
-                    fill=functools.partial(self._flagged, columns, offsets, steps, ended),
-                    nbytes=int(offsets[-1] + steps[-1]) * self._row_nbytes,
-                )
-                self._ring.defer(together[4], batch)
-                write(batch, split)
+                self._defer(columns, offsets, steps, reasons, together[4])
             elif self._batched:
                 self._add_flags(columns, offsets, steps, ended)
                 write(EpisodeBatch(columns, offsets, steps, reasons, self._reason_values), split)
@@ -410,7 +400,13 @@ class BatchRecorder:
         if planned is None:
             return
         envs, offsets, steps, reasons, fill, oldest = planned
-        total = int(offsets[-1] + steps[-1])
+        self._defer(fill, offsets, steps, reasons, oldest)
+
+    def _defer(
+        self, fill: Any, offsets: np.ndarray, steps: np.ndarray, reasons: np.ndarray, oldest: int
+    ) -> None:
+        # A batch whose columns the writer thread cuts from the ring (`fill`);
+        # the ring cuts it first if it would overwrite row `oldest` before then.
         batch = EpisodeBatch(
             None,
             offsets,
@@ -418,18 +414,16 @@ class BatchRecorder:
             reasons,
             self._reason_values,
             fill=functools.partial(self._flagged, fill, offsets, steps, reasons),
-            nbytes=total * self._row_nbytes,
+            nbytes=int(offsets[-1] + steps[-1]) * self._row_nbytes,
         )
         self._ring.defer(oldest, batch)
         self.writer.write(batch, self.split)
 
     def _flagged(
-        self, fill: Any, offsets: np.ndarray, steps: np.ndarray, ended: np.ndarray
+        self, fill: Any, offsets: np.ndarray, steps: np.ndarray, reasons: np.ndarray
     ) -> dict[str, np.ndarray]:
         columns = fill()
-        if ended.dtype != np.bool_:  # the end reasons (`_end_planned`)
-            ended = ended == 0
-        self._add_flags(columns, offsets, steps, ended)
+        self._add_flags(columns, offsets, steps, reasons == 0)  # 0: terminated
         return columns
 
     def _add_flags(
