@@ -306,7 +306,7 @@ def _two_nodes(args, tmp: str):
 
     tests = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests")
     sys.path.insert(0, os.path.join(tests, "record", "rllib"))
-    from rllib_cluster_child import _start_moto, _start_nodes, _wait_for_port
+    from rllib_cluster_child import _start_moto, _start_nodes, _stop_nodes, _wait_for_port
 
     from rlds_writer.store.storage.storage import storage_for
 
@@ -348,13 +348,7 @@ def _two_nodes(args, tmp: str):
         reads, learners = _measure(f"{bucket}/rlds", "cluster-bucket/parquet", args, fs)
         ray.shutdown()
     finally:
-        for node in nodes:
-            node.terminate()
-        for node in nodes:
-            try:
-                node.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                node.kill()
+        _stop_nodes(nodes)
         moto.kill()
         moto.wait()
     return transitions, sizes, reads, learners

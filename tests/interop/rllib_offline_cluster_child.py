@@ -34,7 +34,7 @@ import rlds_writer  # noqa: F401 - TensorFlow RTLD_LOCAL before RLlib and torch
 sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "record", "rllib")
 )
-from rllib_cluster_child import _start_moto, _start_nodes, _wait_for_port  # noqa: E402
+from rllib_cluster_child import _start_moto, _start_nodes, _stop_nodes, _wait_for_port  # noqa: E402
 
 _COUNTER = "rlds-offline-counter"
 
@@ -161,13 +161,7 @@ def main() -> None:
     finally:
         with open(result_path, "w") as f:
             json.dump(result, f)
-        for node in nodes:
-            node.terminate()
-        for node in nodes:
-            try:
-                node.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                node.kill()
+        _stop_nodes(nodes)
         moto.kill()
         moto.wait()
 
