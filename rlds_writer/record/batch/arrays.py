@@ -88,6 +88,16 @@ def host_array(value: Any, path: str) -> np.ndarray:
     return arr
 
 
+def host_batch(value: Any, path: str) -> np.ndarray:
+    """A batch of one field on the host: `host_array`'s numbers, or a numpy array
+    of text (Gymnasium's object arrays, numpy `str_`/`bytes_`) kept as it is,
+    for the fields whose values the batch recorder keeps per sub-env
+    (`record/batch/objects.py`)."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "OUS":
+        return value
+    return host_array(value, path)
+
+
 def check_batch(field: field_specs.FieldSpec, arr: np.ndarray, num_envs: int) -> np.ndarray:
     """`arr` as a `(num_envs, *field.shape)` array of the field's dtype, or a `StepValueError`."""
     shape = (num_envs, *field.shape)

@@ -33,7 +33,7 @@ import numpy as np
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record import spaces as spaces_lib
-from rlds_writer.record.batch.arrays import host_array
+from rlds_writer.record.batch.arrays import host_array, host_batch
 from rlds_writer.record.batch.core import BatchRecorder
 from rlds_writer.record.config import recording_config
 
@@ -45,7 +45,7 @@ def _host(nest: Any, path: str) -> Any:
         return {k: _host(v, f"{path}/{k}") for k, v in nest.items()}
     if isinstance(nest, tuple | list) and not _is_numbers(nest):
         return {str(i): _host(v, f"{path}/{i}") for i, v in enumerate(nest)}
-    return host_array(nest, path)
+    return host_batch(nest, path)
 
 
 def _is_numbers(value: Any) -> bool:
@@ -170,7 +170,8 @@ class RolloutRecorder:
           final_observation: `(T, N, ...)` (`same_step` only): the final
             observation where an episode ended; rows elsewhere are not read.
           discount: `(T, N)`, or None for 1.0 and 0.0 on termination.
-          step_metadata: key -> `(T, N, ...)`: step metadata of each step.
+          step_metadata: key -> `(T, N, ...)`: step metadata of each step
+            (numbers, or a numpy array of text kept per sub-env).
           first_step_metadata: key -> `(N, ...)`: step metadata of the reset.
         """
         if self._closed:

@@ -26,7 +26,7 @@ import numpy as np
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record import spaces as spaces_lib
-from rlds_writer.record.batch.arrays import host_array
+from rlds_writer.record.batch.arrays import host_array, host_batch
 from rlds_writer.record.batch.core import BatchRecorder
 from rlds_writer.record.gymnasium_recording import OPTIONS, action_caster, take_options
 from rlds_writer.store.writing.dataset_setup import check_mode
@@ -225,7 +225,7 @@ class VectorRecording:
         absent = ~np.asarray(mask, np.bool_)
         if need is not None:
             absent &= need
-        arr = np.array(_batch(value, f"steps/{key}"))
+        arr = np.array(host_batch(value, f"steps/{key}"))
         if not absent.any():
             return arr
         if key not in self.info_defaults:
@@ -244,7 +244,7 @@ class VectorRecording:
         o = self._options
         for key, value in (meta or {}).items():
             if key not in step_info:
-                rows = list(_batch(value, f"steps/{key}"))
+                rows = list(host_batch(value, f"steps/{key}"))
                 step_info[key] = spaces_lib.values_def(
                     rows, f"steps/{key}", o["image_encoding"], o["jpeg_quality"]
                 )
@@ -257,14 +257,6 @@ class VectorRecording:
     def close(self) -> None:
         if self.core is not None:
             self.core.close()
-
-
-def _batch(value: Any, path: str) -> np.ndarray:
-    """An info key's batch: one host array of numbers, or Gymnasium's object array of
-    text (kept per sub-env by the batch recorder, `record/batch/objects.py`)."""
-    if isinstance(value, np.ndarray) and value.dtype.kind in "OUS":
-        return value
-    return host_array(value, path)
 
 
 def split_options(kwargs: Mapping[str, Any]) -> Sequence[str]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from batch_envs import records
 
-from rlds_writer.errors import StepValueError
+from rlds_writer.errors import SpecError, StepValueError
 from rlds_writer.record.batch.rollout import RolloutRecorder
 
 N = 6
@@ -146,12 +146,39 @@ def test_object_and_ragged_rollouts_are_refused_by_field(tmp_path):
     first, rollouts = _two_rollouts()
     bad = dict(rollouts[0], action=np.empty((30, N), dtype=object))
     rec = RolloutRecorder(tmp_path / "ds")
-    with pytest.raises(StepValueError, match="steps/action.*object"):
+    with pytest.raises(SpecError, match="steps/action.*NoneType.*declare its feature"):
         rec.write(first_observation=first, **bad)
     ragged = dict(rollouts[0], reward=[[1.0, 2.0], [3.0]])
     with pytest.raises(StepValueError, match="steps/reward.*ragged"):
         rec.write(first_observation=first, **ragged)
     rec.close()
+
+
+def test_text_step_metadata_of_a_rollout_is_recorded_per_sub_env(tmp_path):
+    # Numpy text arrays (T, N) are kept per sub-env, as RecordRLDSVector keeps
+    # Gymnasium's text infos; they were refused before.
+    steps, n = 5, 3
+    term = np.zeros((steps, n), bool)
+    term[1, 0] = term[3, 2] = True
+    notes = np.array([[f"t{t}e{i}" for i in range(n)] for t in range(steps)])
+    with RolloutRecorder(tmp_path / "ds", autoreset="next_step") as rec:
+        rec.write(
+            first_observation=np.zeros((n, 2), np.float32),
+            observation=np.ones((steps, n, 2), np.float32),
+            action=np.zeros((steps, n), np.int64),
+            reward=np.ones((steps, n), np.float32),
+            terminated=term,
+            step_metadata={"note": notes},
+            first_step_metadata={"note": np.array([f"r{i}" for i in range(n)])},
+        )
+    got = sorted([s["note"].decode() for s in ep["steps"]] for ep in _load(tmp_path / "ds"))
+    assert got == [
+        ["r0", "t0e0", "t1e0"],  # terminated at step 1; step 2 is its reset
+        ["r1", "t0e1", "t1e1", "t2e1", "t3e1", "t4e1"],
+        ["r2", "t0e2", "t1e2", "t2e2", "t3e2"],
+        ["t2e0", "t3e0", "t4e0"],
+        ["t4e2"],
+    ]
 
 
 @pytest.mark.parametrize(
