@@ -113,8 +113,13 @@ def _extensions() -> list[Extension]:
     return [
         Extension(
             "rlds_writer.record._step_kernel",
-            ["rlds_writer/record/_step_kernel.c"],
+            [
+                "rlds_writer/record/_step_kernel.c",
+                "rlds_writer/record/_step_kernel_new.c",
+                "rlds_writer/record/_row_buffer.c",
+            ],
             include_dirs=[numpy.get_include()],
+            depends=["rlds_writer/record/_step_kernel.h", "rlds_writer/record/_packed_values.h"],
             optional=True,
         ),
         Extension(

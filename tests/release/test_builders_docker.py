@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from c_extensions import setup_py_extensions
+
 _ROOT = Path(__file__).resolve().parents[2]
 _DOCKERFILE = (_ROOT / "docker" / "Dockerfile").read_text()
 _README = (_ROOT / "README.md").read_text()
@@ -66,15 +68,12 @@ def test_image_gets_every_c_extension_setup_py_builds():
     # setup.py's extensions are optional (a user without a compiler still
     # installs); the image builds each in its compiler stage, copies the module
     # in and fails to build without it.
-    setup_py = (_ROOT / "setup.py").read_text()
-    extensions = re.findall(r'Extension\(\s*"([\w.]+)",\s*\["([\w/.]+\.c)"\]', setup_py)
-    # Every Extension( of setup.py matched: one the pattern missed would go unchecked.
-    assert extensions and len(extensions) == setup_py.count("Extension(\n"), extensions
     final = _DOCKERFILE.rsplit("\nFROM ", 1)[1]
-    for module, source in extensions:
+    for module, sources, headers in setup_py_extensions():
         package_dir, name = module.rsplit(".", 1)
         package_dir = package_dir.replace(".", "/")
-        assert f"COPY {source} {package_dir}/" in _DOCKERFILE, source
+        for source in sources + headers:  # each .c compiled in, each header they include
+            assert f"COPY {source} {package_dir}/" in _DOCKERFILE, source
         assert f"COPY --from=extensions /src/{package_dir}/*.so {package_dir}/" in final, module
         check = re.search(r'^RUN \.venv/bin/python -c "import ([\w., ]+)"$', final, re.MULTILINE)
         assert check and module in check[1].split(", "), module

@@ -11,7 +11,6 @@ user's `pip install rlds_writer-*.whl` does (minutes: TensorFlow is large).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import site
 import subprocess
@@ -20,9 +19,9 @@ import venv
 from pathlib import Path
 
 import pytest
+from c_extensions import setup_py_extensions
 
 _ROOT = Path(__file__).resolve().parents[2]
-_SETUP_PY = (_ROOT / "setup.py").read_text()
 _FULL = os.environ.get("RLDS_WHEEL_FULL_INSTALL") == "1"
 _PYCACHE = shutil.ignore_patterns("__pycache__")
 
@@ -174,10 +173,10 @@ def test_the_release_passes_twine_check_and_declares_version_license_and_classif
         metadata = whl.read(f"rlds_writer-{version}.dist-info/METADATA").decode()
         names = whl.namelist()
     # Every extension setup.py builds, found in its source list (not a copy of it).
-    sources = re.findall(r'Extension\(\s*"[\w.]+",\s*\["([\w/.]+)\.c"\]', _SETUP_PY)
-    assert len(sources) == _SETUP_PY.count("Extension(\n"), sources
-    for source in sources:
-        assert any(n.startswith(f"{source}.") and n.endswith(".so") for n in names), source
+    extensions = setup_py_extensions()
+    for module, _, _ in extensions:
+        built = module.replace(".", "/")
+        assert any(n.startswith(f"{built}.") and n.endswith(".so") for n in names), module
     assert f"\nVersion: {version}\n" in metadata
     assert "\nLicense-Expression: Apache-2.0\n" in metadata
     assert "\nLicense-File: LICENSE\n" in metadata
@@ -198,7 +197,8 @@ def test_the_release_passes_twine_check_and_declares_version_license_and_classif
         "pyproject.toml",
         "tests/conftest.py",
         "docs/architecture.md",
-        *(f"{source}.c" for source in sources),
+        # what builds the extensions: every source and header setup.py names
+        *(path for e in extensions for path in e.sources + e.headers),
     ):
         assert name in members, name
     assert "Apache License" in (_ROOT / "LICENSE").read_text()
