@@ -95,9 +95,9 @@ def _extensions() -> list[Extension]:
     """The recorders' C step (rlds_writer/record/step_kernel.py), the SSE4.2
     CRC-32C (rlds_writer/store/formats/tfrecord/tfrecord.py), the thread that writes zeros
     ahead of a shard's records (rlds_writer/store/formats/tfrecord/write_ahead.py), the
-    batch recorder's gather and record encoding (rlds_writer/store/writing/batch_records.py)
-    and the float32 columns' NaN scan (rlds_writer/store/features/field_encoding.py), all
-    optional.
+    batch recorder's gather and record encoding (rlds_writer/store/writing/batch_records.py),
+    the float32 columns' NaN scan (rlds_writer/store/features/field_encoding.py) and a
+    vector step's ring bookkeeping (rlds_writer/record/batch/vector_step.py), all optional.
 
     Without a C compiler the build warns and goes on: the package records with
     its Python step, google_crc32c, zeros written on the recording thread, and
@@ -140,6 +140,12 @@ def _extensions() -> list[Extension]:
         Extension(
             "rlds_writer.store.features._float_bits",
             ["rlds_writer/store/features/_float_bits.c"],
+            optional=True,
+        ),
+        Extension(
+            "rlds_writer.record.batch._vector_step",
+            ["rlds_writer/record/batch/_vector_step.c"],
+            include_dirs=[numpy.get_include()],
             optional=True,
         ),
     ]

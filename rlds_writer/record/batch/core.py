@@ -382,11 +382,19 @@ class BatchRecorder:
                     if self._object_keys:
                         objects.as_lists(episode, self._object_keys)
                     write(Episode(episode, values, n), split)
-        by_env = dict(zip(envs.tolist(), terminated.tolist())) if apart else {}
+        if apart:
+            codes = [2] * len(envs) if cut_short else [0 if e else 1 for e in terminated.tolist()]
+            self._write_apart(apart, dict(zip(envs.tolist(), codes)))
+
+    def _write_apart(
+        self, apart: list[tuple[int, int, dict[str, Any]]], reasons: dict[int, int]
+    ) -> None:
+        # Spilled episodes, one at a time (`TimeRing.gather`'s `apart`); `reasons`:
+        # sub-env -> end reason (0 terminated, 1 truncated, 2 cut short).
+        write, split = self.writer.write, self.split
         for i, n, columns in apart:
-            ended = by_env[i]
-            reason = 2 if cut_short else (0 if ended else 1)
-            columns.update(self._layout.flags(n, ended))
+            reason = reasons[i]
+            columns.update(self._layout.flags(n, reason == 0))
             if self._frames is not None:
                 self._frames.episode_columns(columns)
             if self._object_keys:

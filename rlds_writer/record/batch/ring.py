@@ -83,6 +83,11 @@ class TimeRing:
         self.ring = {
             f.key: np.empty((self.size, num_envs, *f.spec.shape), f.spec.dtype) for f in fields
         }
+        for column in self.ring.values():
+            if not column.dtype.hasobject:
+                # Touched now, once: else the first pass over the ring faults in
+                # its pages on the env thread, a few per vector step.
+                column.fill(0)
         self.heads = {
             f.key: np.zeros((num_envs, *f.spec.shape), f.spec.dtype)
             for f in fields
@@ -101,11 +106,13 @@ class TimeRing:
         self.tvec: np.ndarray | None = np.zeros(num_envs, np.int64) if per_env else None
         # sub-env -> field key -> rows copied out of the ring, in order
         self.spilled: dict[int, dict[str, list[np.ndarray]]] = {}
+        # The keys of `spilled` as a mask, for the C step (`vector_step.py`).
+        self.spilled_mask = np.zeros(num_envs, np.bool_)
         # Batches whose columns are still to be cut from the ring (`gather(later=True)`):
         # (their oldest row, the batch); made before a chunk holding their rows is
         # overwritten, if the writer thread has not made them by then.
         self.deferred: collections.deque[tuple[int, Any]] = collections.deque()
-        self._plan = np.empty((6, num_envs), np.int64)  # `end_masked`'s, reused
+        self._plan = np.empty((6, num_envs), np.int64)  # `end_masked`'s, reused (and the C step's)
         self.can_defer = (
             per_env is False
             and batch_records.native is not None
@@ -128,6 +135,7 @@ class TimeRing:
         if self.spilled:
             for i in envs.tolist():
                 self.spilled.pop(i, None)
+            self.spilled_mask[envs] = False
 
     def write(self, values: dict[str, np.ndarray]) -> None:
         """Writes one step's row for every sub-env."""
@@ -179,6 +187,7 @@ class TimeRing:
             return
         rows = np.arange(start, end) % self.size
         out = self.spilled.setdefault(i, {})
+        self.spilled_mask[i] = True
         for key, column in self.ring.items():
             out.setdefault(key, []).append(column[rows, i])
         self.start[i] = end
@@ -281,9 +290,13 @@ class TimeRing:
         )
         if not count:
             return None
+        return self.planned(count, total, oldest)
+
+    def planned(self, count: int, total: int, oldest: int) -> tuple[Any, ...]:
+        """`end_masked`'s result from the first `count` episodes of the reused plan."""
         # A small copy of the reused plan's rows (the batch keeps them): a fresh
         # [6, N] array each step would cost a page fault per row.
-        envs, starts, rows_per, offsets, steps, reasons = plan[:, :count].copy()
+        envs, starts, rows_per, offsets, steps, reasons = self._plan[:, :count].copy()
         fill = self._fill(envs, starts, rows_per, offsets, total)
         return envs, offsets, steps, reasons, fill, oldest
 
@@ -325,6 +338,7 @@ class TimeRing:
 
     def _gather_spilled(self, i: int) -> tuple[int, int, dict[str, np.ndarray]]:
         spilled = self.spilled.pop(i)
+        self.spilled_mask[i] = False
         rows = np.arange(int(self.start[i]), self._next(i)) % self.size
         columns = {}
         for field in self.fields:

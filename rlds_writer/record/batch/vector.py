@@ -26,6 +26,7 @@ import numpy as np
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record import spaces as spaces_lib
+from rlds_writer.record.batch import vector_step
 from rlds_writer.record.batch.arrays import host_array, host_batch
 from rlds_writer.record.batch.core import BatchRecorder
 from rlds_writer.record.gymnasium_recording import OPTIONS, action_caster, take_options
@@ -90,6 +91,8 @@ class VectorRecording:
         self._pending = np.zeros(num_envs, np.bool_)  # next_step: reset by the next step
         self.per_env = per_env
         self.core: BatchRecorder | None = None
+        # The usual steps in one C call (`vector_step.py`), made with the core.
+        self._fast: vector_step.VectorSteps | None = None
         if ds_config is not None or all(k in declared for k in self.info_keys):
             self.core = self._make_core(declared)
         else:  # the writer comes at the first reset: refuse a taken directory now
@@ -119,7 +122,7 @@ class VectorRecording:
             **dict(o["metadata"] or {}),
         }
         extra = {"ring_bytes": o["ring_bytes"]} if o["ring_bytes"] else {}
-        return BatchRecorder(
+        core = BatchRecorder(
             self._path,
             config,
             self.num_envs,
@@ -129,6 +132,9 @@ class VectorRecording:
             **extra,
             **self._writer_kwargs,
         )
+        pending = self._pending if self.mode == NEXT_STEP else None
+        self._fast = vector_step.make(core, pending, self.discount)
+        return core
 
     # ------------------------------------------------------------- calls
 
@@ -157,6 +163,23 @@ class VectorRecording:
         core = self.core
         if core is None:
             raise RuntimeError("RecordRLDSVector.step called before reset()")
+        if self._fast is not None:
+            meta = self._metadata(infos)
+            observation = self.convert_obs(obs)
+            fast = self._fast
+            ends = fast.step(
+                self.convert_action(actions), rewards, observation, meta, terminations, truncations
+            )
+            if ends is not None:
+                if self.mode != SAME_STEP:
+                    fast.finish(ends)
+                    return
+                ended = fast.ended(ends)
+                if ended is not None:
+                    self._replace_finals(ended, infos)
+                    fast.finish(ends)
+                    core.begin(observation, meta, ended)
+                return
         terms = host_array(terminations, "terminated").astype(np.bool_, copy=False)
         done = terms | host_array(truncations, "truncated").astype(np.bool_, copy=False)
         discount = (~terms).astype(np.float32) if self.discount else None
@@ -171,7 +194,7 @@ class VectorRecording:
             reset = self._pending
             if reset.any():
                 core.begin(observation, meta, reset)
-            self._pending = ended
+            self._pending[:] = ended  # in place: the C step holds it
         elif self.mode == SAME_STEP and ended.any():
             core.begin(observation, meta, ended)
 

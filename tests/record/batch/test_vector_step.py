@@ -1,0 +1,89 @@
+"""A vector step in one C call (`_vector_step.c`) records the bytes of the numpy path.
+
+The C step takes the usual steps; a step it does not take (here: an ndarray
+subclass, a refused batch) goes the general way, in the same run. Each run is
+compared with the same run with the extension hidden (every step through
+numpy), which tests/record/batch/test_batch_vector_identity.py compares with
+`RecordRLDS` sub-env by sub-env.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from batch_envs import Hops, records
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from rlds_writer.errors import StepValueError
+from rlds_writer.record.batch import core, vector_step
+from rlds_writer.record.gymnasium.gymnasium_vector import RecordRLDSVector
+
+N, STEPS, MARKED, BAD = 5, 120, 7, 40
+
+
+class _Marked(np.ndarray):
+    """An ndarray subclass: the C step leaves it to the general path."""
+
+
+class _SomeStepsAside(gym.vector.VectorWrapper):
+    """Every `MARKED`th step's observations as `_Marked`; step `BAD`'s of the wrong shape."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.t = 0
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        self.t += 1
+        if self.t == BAD:
+            obs = np.zeros((len(obs), 9), np.float32)
+        elif self.t % MARKED == 0:
+            obs = obs.view(_Marked)
+        return obs, rewards, terminations, truncations, infos
+
+
+def _record(path, mode, cartpole: bool, **options) -> None:
+    if cartpole:  # native vector CartPole: Fortran-ordered observations, int64 actions
+        venv = gym.make_vec("CartPole-v1", N, vectorization_mode="vector_entry_point")
+        actions = np.random.default_rng(0).integers(0, 2, (STEPS, N))
+    else:  # float64 rewards and info values cast into float32 and int64 columns
+        venv = SyncVectorEnv([Hops] * N, autoreset_mode=mode)
+        actions = np.random.default_rng(0).uniform(-1, 1, (STEPS, N, 2)).astype(np.float32)
+    env = RecordRLDSVector(_SomeStepsAside(venv), path, **options)
+    env.reset(seed=3)
+    for t, step_actions in enumerate(actions, 1):
+        if t == BAD:
+            with pytest.raises(StepValueError, match="steps/observation: expected a batch"):
+                env.step(step_actions)
+            continue
+        _, _, te, tr, _ = env.step(step_actions)
+        if mode == AutoresetMode.DISABLED and (te | tr).any():
+            env.reset(options={"reset_mask": te | tr})
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "cartpole"),
+    [(AutoresetMode.NEXT_STEP, True), *((m, False) for m in AutoresetMode)],
+    ids=["cartpole-next-step", "next-step", "same-step", "disabled"],
+)
+def test_the_c_step_records_the_bytes_of_the_numpy_path(tmp_path, monkeypatch, mode, cartpole):
+    if vector_step.native is None:
+        pytest.skip("the _vector_step extension is not built here")
+    adds = []
+    add = core.BatchRecorder.add
+    monkeypatch.setattr(core.BatchRecorder, "add", lambda *a, **k: adds.append(1) or add(*a, **k))
+    # Hops' 80-step episodes spill out of this small ring while they run
+    # (their ends then go `apart`); info keys and a discount column.
+    options = {} if cartpole else {"ring_bytes": 4096, "info_keys": ["t", "x"], "discount": True}
+    _record(tmp_path / "c", mode, cartpole, **options)
+    # The general path only where the C step cannot go: marked and refused steps.
+    assert len(adds) == STEPS // MARKED + 1
+    adds.clear()
+    monkeypatch.setattr(vector_step, "native", None)
+    _record(tmp_path / "numpy", mode, cartpole, **options)
+    assert len(adds) == STEPS
+    want = records(tmp_path / "numpy")
+    assert sum(want.values()) >= 20
+    assert records(tmp_path / "c") == want
