@@ -21,6 +21,12 @@
  */
 #include "_step_kernel.h"
 
+/* What Python calls and reads of this module, versioned: bump it, and
+ * rlds_writer/_native.py's ABI with it, whenever that changes (a function's
+ * arguments, a method, a constant). A build of other sources is then refused
+ * at import (its Python path runs instead) rather than called wrongly. */
+#define RLDS_ABI 1
+
 PyObject *s_num_steps, *s_owner, *s_refuse, *s_tobytes, *s_rollback, *s_action;
 
 /* 1: the value is appended as it is (a packed leaf's as *p); 0: the Python
@@ -342,7 +348,7 @@ PyInit__step_kernel(void)
         || PyModule_AddIntConstant(m, "LEAF_NONE", LEAF_NONE) < 0
         || PyModule_AddIntConstant(m, "LEAF_FLOAT", LEAF_FLOAT) < 0
         || PyModule_AddIntConstant(m, "LEAF_INT64", LEAF_INT64) < 0
-        || add_packed_types(m) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", RLDS_ABI) < 0 || add_packed_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -17,13 +17,11 @@ time: none is used), records with the Python step.
 from __future__ import annotations
 
 import functools
-import importlib
-import logging
 import os
 from collections.abc import Callable
 from typing import Any
 
-_log = logging.getLogger(__name__)
+from rlds_writer import _native
 
 # Set to anything but "" or "0": no C step is built (setup.py) or used (here).
 PURE_PYTHON_ENV = "RLDS_WRITER_PURE_PYTHON"
@@ -47,11 +45,9 @@ def disabled() -> bool:
 
 @functools.cache
 def _module() -> Any:
-    try:
-        return importlib.import_module("rlds_writer.record._step_kernel")
-    except ImportError as e:  # not built (no compiler), or built against another numpy
-        _log.debug("no C step (%s): recording with the Python step", e)
-        return None
+    # None where not built (no compiler), built against another numpy, or built
+    # from other sources (`_native.load` warns once): the Python step records.
+    return _native.load("rlds_writer.record._step_kernel")
 
 
 def extension() -> Any:

@@ -13,10 +13,12 @@ ALLOWED = {
     # The package's own machinery: lazy public names, how TensorFlow loads.
     "_exports": {"_exports", "errors"},
     "_tensorflow": {"_tensorflow"},
+    # The optional C extensions, each taken only if built from these sources.
+    "_native": {"_native"},
     "envs": {"envs"},
-    "store": {"_exports", "errors", "store"},
+    "store": {"_exports", "_native", "errors", "store"},
     "read": {"_exports", "errors", "store", "read"},
-    "record": {"_exports", "errors", "store", "record"},
+    "record": {"_exports", "_native", "errors", "store", "record"},
     "maintain": {"_exports", "errors", "store", "read", "maintain"},
     "view": {"_exports", "errors", "store", "read", "maintain", "view"},
     "interop": {"_exports", "errors", "store", "read", "record", "interop"},
@@ -32,18 +34,18 @@ _STORE_ROOMS = {
     "store": {"_exports"},
     "store.storage": {"errors"},
     "store.episodes": {"errors"},
-    "store.features": {"errors", "store.episodes"},
+    "store.features": {"_native", "errors", "store.episodes"},
     "store.images": {"errors", "store.episodes", "store.features"},
-    "store.formats": {"errors", "store.storage"},
+    "store.formats": {"_native", "errors", "store.storage"},
     "store.dataset": {"_exports", "errors", "store.storage", "store.formats", "store.features"},
     "store.repair": {"errors", "store.storage", "store.formats", "store.dataset"},
 }
-_STORE_ROOMS["store.writing"] = {"errors", *_STORE_ROOMS} - {"store"}
+_STORE_ROOMS["store.writing"] = {"_native", "errors", *_STORE_ROOMS} - {"store"}
 _ADAPTERS = ("record.dm_env", "record.gymnasium", "record.pettingzoo", "record.rllib")
 ROOMS = {
     **{room: allowed | {room} for room, allowed in _STORE_ROOMS.items()},
     # The recording core imports the store, never an adapter.
-    "record": {"_exports", "errors", "record", *_STORE_ROOMS} - {"store"},
+    "record": {"_exports", "_native", "errors", "record", *_STORE_ROOMS} - {"store"},
     # An adapter imports the core and the store, never another adapter.
     **{a: {"_exports", "errors", "record", a, *_STORE_ROOMS} - {"store"} for a in _ADAPTERS},
 }

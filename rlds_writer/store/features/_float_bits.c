@@ -18,6 +18,12 @@
 #include <stdint.h>
 #include <string.h>
 
+/* What Python calls and reads of this module, versioned: bump it, and
+ * rlds_writer/_native.py's ABI with it, whenever that changes (a function's
+ * arguments, a method, a constant). A build of other sources is then refused
+ * at import (its Python path runs instead) rather than called wrongly. */
+#define RLDS_ABI 1
+
 #define QUIET_BIT 0x00400000u
 /* Values per block: a block is tested without a branch per value (vector code). */
 #define BLOCK 256
@@ -115,6 +121,8 @@ PyInit__float_bits(void)
     PyErr_SetString(PyExc_ImportError, "_float_bits reads little-endian words only");
     return NULL;
 #else
-    return PyModule_Create(&float_bits_module);
+    PyObject *m = PyModule_Create(&float_bits_module);
+    if (m != NULL && PyModule_AddIntConstant(m, "ABI", RLDS_ABI) < 0) Py_CLEAR(m);
+    return m;
 #endif
 }

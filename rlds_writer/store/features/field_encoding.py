@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer import errors
+from rlds_writer import _native, errors
 from rlds_writer.store.episodes.episode_data import ChunkedRows, PackedColumn, RowBytes
 from rlds_writer.store.features.field_specs import BYTES, FLOAT, INT, TEXT, ZLIB, FieldSpec
 from rlds_writer.store.features.wire import bytes_entries, bytes_entry_head, read_varint
@@ -282,10 +282,10 @@ def numpy_quiet_nans(payload: Any) -> Any:
     return bits.view(np.uint8)
 
 
-try:  # the optional extension (setup.py); the same bytes
-    from rlds_writer.store.features._float_bits import quiet_nans
-except ImportError:  # not built, or a big-endian machine
-    quiet_nans = numpy_quiet_nans
+# The optional extension (setup.py), the same bytes; numpy where it is not built,
+# on a big-endian machine, or built from other sources.
+_float_bits = _native.load("rlds_writer.store.features._float_bits")
+quiet_nans = numpy_quiet_nans if _float_bits is None else _float_bits.quiet_nans
 
 
 def entry_writer(field: FieldSpec) -> Callable[[Any, list[Any]], int]:

@@ -20,6 +20,12 @@
 #include <stdint.h>
 #include <string.h>
 
+/* What Python calls and reads of this module, versioned: bump it, and
+ * rlds_writer/_native.py's ABI with it, whenever that changes (a function's
+ * arguments, a method, a constant). A build of other sources is then refused
+ * at import (its Python path runs instead) rather than called wrongly. */
+#define RLDS_ABI 1
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_SSE42 1
 #include <nmmintrin.h>
@@ -198,7 +204,9 @@ PyInit__crc32c(void)
     }
     fill_shift_table(shift_tables[0], LONG_BLOCK);
     fill_shift_table(shift_tables[1], SHORT_BLOCK);
-    return PyModule_Create(&module_def);
+    PyObject *m = PyModule_Create(&module_def);
+    if (m != NULL && PyModule_AddIntConstant(m, "ABI", RLDS_ABI) < 0) Py_CLEAR(m);
+    return m;
 #else
     PyErr_SetString(PyExc_ImportError, "_crc32c: built for a CPU without SSE4.2 CRC32C");
     return NULL;

@@ -29,6 +29,12 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* What Python calls and reads of this module, versioned: bump it, and
+ * rlds_writer/_native.py's ABI with it, whenever that changes (a function's
+ * arguments, a method, a constant). A build of other sources is then refused
+ * at import (its Python path runs instead) rather than called wrongly. */
+#define RLDS_ABI 1
+
 #define MAX_WRITE (1 << 20) /* the most one pwrite writes */
 
 static const char *zeros; /* MAX_WRITE zero bytes, shared by every ZeroAhead */
@@ -259,6 +265,10 @@ PyMODINIT_FUNC PyInit__zero_ahead(void) {
     if (PyType_Ready(&ZeroAheadType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
+    if (PyModule_AddIntConstant(m, "ABI", RLDS_ABI) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&ZeroAheadType);
     if (PyModule_AddObject(m, "ZeroAhead", (PyObject *)&ZeroAheadType) < 0) {
         Py_DECREF(&ZeroAheadType);

@@ -21,13 +21,15 @@ import struct
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from rlds_writer import _native
 from rlds_writer.errors import CorruptRecordError
 
-try:  # the optional SSE4.2 extension: spares every new writer google_crc32c's import
-    from rlds_writer.store.formats.tfrecord._crc32c import extend as _crc32c_extend
-
+# The optional SSE4.2 extension: spares every new writer google_crc32c's import.
+_native_crc = _native.load("rlds_writer.store.formats.tfrecord._crc32c")
+if _native_crc is not None:
+    _crc32c_extend = _native_crc.extend
     _TAKES_MEMORYVIEW = True
-except ImportError:  # not built, or no SSE4.2: the same values from google_crc32c
+else:  # not built, no SSE4.2, or stale: the same values from google_crc32c
     from google_crc32c import extend as _crc32c_extend
 
     _TAKES_MEMORYVIEW = False  # it takes bytes and arrays

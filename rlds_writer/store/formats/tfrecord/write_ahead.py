@@ -28,6 +28,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from rlds_writer import _native
+
 _NOT_LOADED: Any = object()
 # The thread without the GIL (rlds_writer/store/formats/tfrecord/_zero_ahead.c), loaded by the
 # first shard that writes ahead (a short recording never imports it); None
@@ -39,12 +41,8 @@ def zero_ahead_type() -> Any:
     """`_zero_ahead.ZeroAhead`, or None where the extension is not built."""
     global ZeroAhead
     if ZeroAhead is _NOT_LOADED:
-        try:
-            from rlds_writer.store.formats.tfrecord import _zero_ahead
-        except ImportError:
-            ZeroAhead = None
-        else:
-            ZeroAhead = _zero_ahead.ZeroAhead
+        module = _native.load("rlds_writer.store.formats.tfrecord._zero_ahead")
+        ZeroAhead = None if module is None else module.ZeroAhead
     return ZeroAhead
 
 
