@@ -1,7 +1,8 @@
 """The optional C extensions: each loaded only if it was built from this package's sources.
 
-setup.py builds five optional extensions (the recorders' C step, the CRC-32C,
-the zeros written ahead, the batch encoder, the NaN scan); where one is not
+setup.py builds optional extensions (the recorders' C step, the batched
+recorder's vector step, the CRC-32C, the zeros written ahead, the batch
+encoder, the NaN scan); where one is not
 built, its caller does the same in Python or numpy. An extension built from
 older sources than the Python beside it (an in-place or editable build not
 rebuilt after `git pull`) would be called with arguments it does not know,
@@ -30,6 +31,7 @@ _log = logging.getLogger(__name__)
 # Module -> the ABI its Python callers were written for (its source's RLDS_ABI).
 ABI = {
     "rlds_writer.record._step_kernel": 1,
+    "rlds_writer.record.batch._vector_step": 1,
     "rlds_writer.store.formats.tfrecord._crc32c": 1,
     "rlds_writer.store.formats.tfrecord._zero_ahead": 1,
     "rlds_writer.store.features._float_bits": 1,

@@ -64,13 +64,15 @@ def test_each_extensions_abi_is_the_one_its_python_callers_expect():
 
 
 # Records with every extension the Catch env's recording reaches: the C step,
-# the CRC-32C, the zeros ahead (a shard past 64 KiB) and the NaN scan.
+# the CRC-32C, the zeros ahead (a shard past 64 KiB) and the NaN scan; the
+# batched recorder's modules are imported (they load theirs at import).
 _RECORD = textwrap.dedent(
     """
     import sys
     import rlds_writer
     from rlds_writer.envs import catch
     from rlds_writer.record import step_kernel
+    from rlds_writer.record.batch import vector_step
     from rlds_writer.store.features import field_encoding
     from rlds_writer.store.formats.tfrecord import tfrecord, write_ahead
 
@@ -86,6 +88,7 @@ _RECORD = textwrap.dedent(
         tfrecord._TAKES_MEMORYVIEW,
         write_ahead.ZeroAhead is not None,
         field_encoding.quiet_nans is not field_encoding.numpy_quiet_nans,
+        vector_step.native is not None,
     )
     """
 )
@@ -129,7 +132,7 @@ def test_a_stale_build_is_refused_at_import_with_its_rebuild_command_and_recordi
         timeout=300,
     )
     assert stale.returncode == 0, stale.stderr[-3000:]
-    assert stale.stdout.split() == ["False"] * 4, stale.stdout  # every Python path
+    assert stale.stdout.split() == ["False"] * 5, stale.stdout  # every Python path
     warnings = [line for line in stale.stderr.splitlines() if "built from other sources" in line]
     assert len(warnings) == len(extensions), stale.stderr[-3000:]  # one each, once
     for e in extensions:
@@ -148,4 +151,5 @@ def test_a_stale_build_is_refused_at_import_with_its_rebuild_command_and_recordi
         timeout=300,
     )
     assert here.returncode == 0, here.stderr[-3000:]
+    assert here.stdout.split() == ["True"] * 5, here.stdout  # every C path
     assert _shards(tmp_path / "stale") and _shards(tmp_path / "stale") == _shards(tmp_path / "here")

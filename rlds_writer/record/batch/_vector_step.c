@@ -39,6 +39,12 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
+/* What Python calls and reads of this module, versioned: bump it, and
+ * rlds_writer/_native.py's ABI with it, whenever that changes (a function's
+ * arguments, a method, a constant). A build of other sources is then refused
+ * at import (its Python path runs instead) rather than called wrongly. */
+#define RLDS_ABI 1
+
 #define MAX_FIELDS 256
 
 typedef struct {
@@ -441,6 +447,10 @@ PyInit__vector_step(void)
     }
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(module, "ABI", RLDS_ABI) < 0) {
+        Py_DECREF(module);
         return NULL;
     }
     Py_INCREF(&VectorStepType);

@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlds_writer import _native
 from rlds_writer.record.batch.fields import pick
 from rlds_writer.record.episode import ACTION, DISCOUNT, OBSERVATION, REWARD
 
 if TYPE_CHECKING:
     from rlds_writer.record.batch.core import BatchRecorder
 
-try:
-    from rlds_writer.record.batch import _vector_step as native
-except ImportError:  # not built: the general path
-    native = None
+# None where not built, or built from other sources (`_native.load` warns once):
+# the general path.
+native = _native.load("rlds_writer.record.batch._vector_step")
 
 _METADATA = "metadata"  # core.METADATA (core imports this module's users, not this module)
 
