@@ -38,7 +38,10 @@ def test_every_c_source_and_header_of_the_package_is_listed_in_setup_py():
         for p in (ROOT / "rlds_writer").rglob(pattern)
     }
     # A source left out is not compiled; a header left out is not in the sdist.
-    assert present == listed, (sorted(present - listed), sorted(listed - present))
+    assert present == listed, (
+        f"not in setup.py (a .c in its Extension's sources, a .h in its depends): "
+        f"{sorted(present - listed)}; listed but missing: {sorted(listed - present)}"
+    )
 
 
 # Its ABI comes with its share of the CRC (after this round's edits to it land).
@@ -51,7 +54,12 @@ def _checked() -> list:
 
 def test_each_extensions_abi_is_the_one_its_python_callers_expect():
     extensions = {e.module: e for e in _checked()}
-    assert set(_native.ABI) == set(extensions)
+    assert set(_native.ABI) == set(extensions), (
+        "every extension setup.py builds defines `#define RLDS_ABI n` in its source, adds it "
+        'to its module (`PyModule_AddIntConstant(m, "ABI", RLDS_ABI)`), is listed in '
+        "rlds_writer/_native.py's ABI with the same n and is loaded by `_native.load(name)`; "
+        f"these are not: {sorted(set(extensions) ^ set(_native.ABI))}"
+    )
     for module, extension in extensions.items():
         abi = _defined_abi(extension.sources)
         assert _native.ABI[module] == abi, (
