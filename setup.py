@@ -134,7 +134,11 @@ def _extensions() -> list[Extension]:
         ),
         Extension(
             "rlds_writer.store.writing._batch_records",
-            ["rlds_writer/store/writing/_batch_records.c"],
+            [
+                "rlds_writer/store/writing/_batch_records.c",
+                "rlds_writer/store/writing/_ring_records.c",
+            ],
+            depends=["rlds_writer/store/writing/_batch_records.h"],
             optional=True,
         ),
         Extension(

@@ -18,7 +18,6 @@ one `RecordRLDS` writes for that sub-env alone. Episodes still open at
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -51,6 +50,7 @@ from rlds_writer.store.features import end_reasons
 from rlds_writer.store.storage.object_path import as_path
 from rlds_writer.store.writing.batch_records import EpisodeBatch
 from rlds_writer.store.writing.exit_close import close_at_exit
+from rlds_writer.store.writing.ring_records import RingCut, RingSource, flag_columns
 from rlds_writer.store.writing.writer import DatasetWriter
 
 if TYPE_CHECKING:
@@ -138,8 +138,15 @@ class BatchRecorder:
         ]
         # Episodes that end together are encoded together where every field allows.
         self._batched = self.writer.batch_encoder is not None
-        # Ends of sub-envs stepped together in one C call, cut by the writer thread.
+        # Ends of sub-envs stepped together in one C call, their records encoded
+        # straight from the ring by the writer thread.
         self._plan_ends = self._batched and self._ring.can_defer
+        self._source = None
+        if self._plan_ends:
+            ring = self._ring
+            self._source = RingSource(
+                ring.ring, ring.zeros, list(ring.heads), self._layout.flag_keys, self._reason_values
+            )
         # A batch's memory per step (its columns and flags), for the writer's queue budget.
         self._row_nbytes = sum(f.spec.row_nbytes for f in self._fields) + 3 if self._batched else 0
         self._metadata_keys = list(self._layout.metadata_keys)
@@ -366,13 +373,13 @@ class BatchRecorder:
                 reasons = np.full(len(ids), 2, np.int64)
             else:
                 reasons = np.where(ended, 0, 1)
-            if len(together) == 5:  # cut from the ring later, by the writer thread
+            if len(together) == 5:  # encoded from the ring later, by the writer thread
                 self._defer(columns, offsets, steps, reasons, together[4])
             elif self._batched:
-                self._add_flags(columns, offsets, steps, ended)
+                columns.update(flag_columns(self._layout.flag_keys, offsets, steps, ended))
                 write(EpisodeBatch(columns, offsets, steps, reasons, self._reason_values), split)
             else:
-                self._add_flags(columns, offsets, steps, ended)
+                columns.update(flag_columns(self._layout.flag_keys, offsets, steps, ended))
                 frames = self._frames
                 for j, (lo, n) in enumerate(zip(offsets.tolist(), steps.tolist())):
                     values = dict(self._reason_values[reasons[j]])
@@ -411,44 +418,23 @@ class BatchRecorder:
         self._defer(fill, offsets, steps, reasons, oldest)
 
     def _defer(
-        self, fill: Any, offsets: np.ndarray, steps: np.ndarray, reasons: np.ndarray, oldest: int
+        self, cut: Any, offsets: np.ndarray, steps: np.ndarray, reasons: np.ndarray, oldest: int
     ) -> None:
-        # A batch whose columns the writer thread cuts from the ring (`fill`);
-        # the ring cuts it first if it would overwrite row `oldest` before then.
+        # A batch whose records the writer thread encodes from the ring's rows
+        # (`cut`: `TimeRing.gather`'s); the ring cuts its columns out first if it
+        # would overwrite row `oldest` before then.
+        envs, starts, counts, firsts = cut
         batch = EpisodeBatch(
             None,
             offsets,
             steps,
             reasons,
             self._reason_values,
-            fill=functools.partial(self._flagged, fill, offsets, steps, reasons),
+            cut=RingCut(self._source, envs, starts, counts, offsets, steps, reasons, firsts),
             nbytes=int(offsets[-1] + steps[-1]) * self._row_nbytes,
         )
         self._ring.defer(oldest, batch)
         self.writer.write(batch, self.split)
-
-    def _flagged(
-        self, fill: Any, offsets: np.ndarray, steps: np.ndarray, reasons: np.ndarray
-    ) -> dict[str, np.ndarray]:
-        columns = fill()
-        self._add_flags(columns, offsets, steps, reasons == 0)  # 0: terminated
-        return columns
-
-    def _add_flags(
-        self, columns: dict[str, Any], offsets: np.ndarray, steps: np.ndarray, ended: np.ndarray
-    ) -> None:
-        total = int(offsets[-1] + steps[-1])
-        last = offsets + steps - 1
-        keys = self._layout.flag_keys
-        if "is_first" in keys:
-            column = columns[keys["is_first"]] = np.zeros(total, np.bool_)
-            column[offsets] = True
-        if "is_last" in keys:
-            column = columns[keys["is_last"]] = np.zeros(total, np.bool_)
-            column[last] = True
-        if "is_terminal" in keys:
-            column = columns[keys["is_terminal"]] = np.zeros(total, np.bool_)
-            column[last] = ended
 
     def flush(self) -> None:
         """Blocks until every ended episode is on disk and listed (`dataset_info.json`)."""

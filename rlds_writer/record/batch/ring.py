@@ -12,7 +12,10 @@ The rows of every episode that ends on the same step are gathered together:
 one fancy index per field for all of them, into one array per field that the
 episodes' columns are slices of (`gather`). Each episode comes out in RLDS's
 layout: observations and step metadata `[head, rows...]`, actions, rewards
-and discounts `[rows..., zero]`.
+and discounts `[rows..., zero]`. Where the writer encodes batches of
+episodes (`gather(later=True)`), nothing is gathered: the writer thread
+writes each record straight from the ring's rows
+(`store.writing.ring_records`), unless the ring must overwrite them first.
 
 A ring is `chunks` chunks of `K` rows. Before a chunk is overwritten, the
 sub-envs whose open episode still has rows in it copy their rows out
@@ -108,9 +111,9 @@ class TimeRing:
         self.spilled: dict[int, dict[str, list[np.ndarray]]] = {}
         # The keys of `spilled` as a mask, for the C step (`vector_step.py`).
         self.spilled_mask = np.zeros(num_envs, np.bool_)
-        # Batches whose columns are still to be cut from the ring (`gather(later=True)`):
-        # (their oldest row, the batch); made before a chunk holding their rows is
-        # overwritten, if the writer thread has not made them by then.
+        # Batches still only rows of the ring (`gather(later=True)`): (their oldest
+        # row, the batch); cut out before a chunk holding their rows is overwritten,
+        # if the writer thread has not encoded them by then.
         self.deferred: collections.deque[tuple[int, Any]] = collections.deque()
         self._plan = np.empty((6, num_envs), np.int64)  # `end_masked`'s, reused (and the C step's)
         self.can_defer = (
@@ -160,7 +163,7 @@ class TimeRing:
             self.spill(i)
 
     def defer(self, oldest: int, batch: Any) -> None:
-        """Keeps `batch` (its `materialize()` reads rows from `oldest` on) until made."""
+        """Keeps `batch` (its episodes are rows from `oldest` on) until encoded or cut out."""
         self.deferred.append((oldest, batch))
 
     def _spill_before_overwrite(self, t: int) -> None:
@@ -201,14 +204,15 @@ class TimeRing:
 
         Args:
           envs: the sub-envs.
-          later: where `can_defer`, `together`'s columns are a function that
-            cuts them from the ring when called (on any thread; the episodes'
-            first observations are copied now), and its fourth item is the
-            oldest ring row it reads: give the batch made of it to `defer`.
+          later: where `can_defer`, `together`'s columns stay in the ring: its
+            fourth item is where (`(envs, starts, counts, firsts)` of a
+            `store.writing.ring_records.RingCut`; the episodes' first
+            observations are copied now), its fifth the oldest ring row they
+            hold: give the batch made of it to `defer`.
 
         Returns:
           `(together, apart)`: `together` is `(envs, offsets, steps, columns)`
-          (`later`: `(envs, offsets, steps, fill, oldest)`) for the episodes
+          (`later`: `(envs, offsets, steps, cut, oldest)`) for the episodes
           wholly in the ring, episode `j` being rows
           `offsets[j] .. offsets[j] + steps[j] - 1` of each column (or None);
           `apart` is `(env, num_steps, columns)` for each spilled one. Both
@@ -280,7 +284,7 @@ class TimeRing:
         `mask` and `terminated` (None: cut short) C-contiguous bool `[N]`.
 
         Returns:
-          None if no episode ends, else `(envs, offsets, steps, reasons, fill,
+          None if no episode ends, else `(envs, offsets, steps, reasons, cut,
           oldest)`: `gather`'s, with each episode's end reason (0 terminated,
           1 truncated, 2 cut short) from one pass over the sub-envs.
         """
@@ -297,8 +301,7 @@ class TimeRing:
         # A small copy of the reused plan's rows (the batch keeps them): a fresh
         # [6, N] array each step would cost a page fault per row.
         envs, starts, rows_per, offsets, steps, reasons = self._plan[:, :count].copy()
-        fill = self._fill(envs, starts, rows_per, offsets, total)
-        return envs, offsets, steps, reasons, fill, oldest
+        return envs, offsets, steps, reasons, self._cut(envs, starts, rows_per), oldest
 
     def _gather_later(self, envs: np.ndarray) -> tuple[Any, ...]:
         last = self.t - 1
@@ -306,35 +309,12 @@ class TimeRing:
         rows_per = last - starts + 1
         steps = rows_per + 1
         offsets = np.cumsum(steps) - steps
-        total = int(steps[-1] + offsets[-1])
-        fill = self._fill(envs, starts, rows_per, offsets, total)
-        return envs, offsets, steps, fill, int(starts.min())
+        return envs, offsets, steps, self._cut(envs, starts, rows_per), int(starts.min())
 
-    def _fill(
-        self,
-        envs: np.ndarray,
-        starts: np.ndarray,
-        rows_per: np.ndarray,
-        offsets: np.ndarray,
-        total: int,
-    ) -> Any:
-        # The first observations now: a reset on this step overwrites them.
-        firsts = {key: head[envs] for key, head in self.heads.items()}
-        ring, zeros, fields = self.ring, self.zeros, self.fields
-        gather = batch_records.native.gather
-
-        def fill() -> dict[str, np.ndarray]:
-            columns = {}
-            for field in fields:
-                key, spec = field.key, field.spec
-                column = columns[key] = np.empty((total, *spec.shape), spec.dtype)
-                if field.role == OBSERVATION_LIKE:
-                    gather(column, ring[key], firsts[key], envs, starts, rows_per, offsets, 2)
-                else:
-                    gather(column, ring[key], zeros[key], envs, starts, rows_per, offsets, 0)
-            return columns
-
-        return fill
+    def _cut(self, envs: np.ndarray, starts: np.ndarray, rows_per: np.ndarray) -> tuple[Any, ...]:
+        # Where the episodes' rows are, and their first observations copied now:
+        # a reset on this step overwrites them (`store.writing.ring_records.RingCut`).
+        return envs, starts, rows_per, tuple(head[envs] for head in self.heads.values())
 
     def _gather_spilled(self, i: int) -> tuple[int, int, dict[str, np.ndarray]]:
         spilled = self.spilled.pop(i)

@@ -29,40 +29,17 @@
  *     2 every one where terminated is None: cut short). Returns how many, the
  *     steps in all and the oldest first row (t if none).
  *
+ * encode_ring (_ring_records.c): encode's records straight from the ring, without gather.
+ *
  * gather and encode run without the GIL (the env thread and the writer thread overlap).
  * An optional extension: where it is not built, or the CPU has no SSE4.2
  * (module init raises ImportError), batch_records.py does the same in numpy.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HAVE_SSE42 1
-#include <nmmintrin.h>
-#else
-#define HAVE_SSE42 0
-#endif
+#include "_batch_records.h"
 
 #if HAVE_SSE42
 
 /* ------------------------------------------------------------------ gather */
-
-static int
-get_index(PyObject *obj, Py_buffer *view, Py_ssize_t count, const char *name)
-{
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0) {
-        return -1;
-    }
-    if (view->len != count * (Py_ssize_t)sizeof(int64_t)) {
-        PyErr_Format(PyExc_ValueError, "%s: expected %zd int64 values", name, count);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
 
 /* Episode j: its first row (head) or not, its ring rows from start[j] (mod size), the
  * zero row after them (not head); `width` a constant where the switch gives one. */
@@ -205,46 +182,6 @@ done:
 
 /* ------------------------------------------------------------------ encode */
 
-static inline int
-varint_len(uint64_t v)
-{
-    int n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static inline unsigned char *
-put_varint(unsigned char *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (unsigned char)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (unsigned char)v;
-    return p;
-}
-
-__attribute__((target("sse4.2"))) static uint32_t
-masked_crc(const unsigned char *p, size_t n)
-{
-    uint64_t c = 0xffffffffu;
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c = _mm_crc32_u64(c, v);
-        p += 8;
-        n -= 8;
-    }
-    while (n--) {
-        c = _mm_crc32_u8((uint32_t)c, *p++);
-    }
-    uint32_t crc = ~(uint32_t)c;
-    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
-
 typedef struct {
     int kind; /* 0: constant, 'f', 'q', 'B' */
     Py_ssize_t index;
@@ -255,42 +192,6 @@ typedef struct {
     Py_buffer column;
     int held;
 } Field;
-
-/* The length of a per-step field's whole map entry, its payload of `payload` bytes included. */
-static inline int64_t
-entry_len(const Field *f, int64_t payload, int64_t *entry_body)
-{
-    int64_t feature = payload ? 1 + varint_len(1 + varint_len(payload) + payload) + 1 +
-                                    varint_len(payload) + payload
-                              : 2;
-    int64_t body = 1 + varint_len(f->key_len) + f->key_len + 1 + varint_len(feature) + feature;
-    *entry_body = body;
-    return 1 + varint_len(body) + body;
-}
-
-static unsigned char *
-put_entry(unsigned char *p, const Field *f, int64_t payload, int64_t body)
-{
-    *p++ = 0x0a;
-    p = put_varint(p, body);
-    *p++ = 0x0a;
-    p = put_varint(p, f->key_len);
-    memcpy(p, f->key, f->key_len);
-    p += f->key_len;
-    *p++ = 0x12;
-    if (!payload) {
-        *p++ = 2;
-        *p++ = f->tag;
-        *p++ = 0;
-        return p;
-    }
-    int64_t inner = 1 + varint_len(payload) + payload;
-    p = put_varint(p, 1 + varint_len(inner) + inner);
-    *p++ = f->tag;
-    p = put_varint(p, inner);
-    *p++ = 0x0a;
-    return put_varint(p, payload);
-}
 
 static void
 release_fields(Field *fields, Py_ssize_t n)
@@ -449,7 +350,7 @@ encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         payload += varint_len((uint64_t)v[k]);
                     }
                 }
-                example += entry_len(f, payload, &body); /* the payload included */
+                example += entry_len(f->key_len, payload, &body); /* the payload included */
             }
             sizes[j * num_fields + i] = payload;
         }
@@ -502,8 +403,8 @@ encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 continue;
             }
             int64_t body;
-            entry_len(f, payload, &body);
-            p = put_entry(p, f, payload, body);
+            entry_len(f->key_len, payload, &body);
+            p = put_entry(p, f->key, f->key_len, f->tag, payload, body);
             int64_t lo = offset[j] * f->elems, hi = (offset[j] + steps[j]) * f->elems;
             if (f->kind == 'f') {
                 memcpy(p, (const float *)f->column.buf + lo, (hi - lo) * 4);
@@ -667,6 +568,9 @@ static PyMethodDef methods[] = {
     {"plan", (PyCFunction)(void (*)(void))plan, METH_FASTCALL,
      "plan(out, mask, open, start, terminated, t) -> (count, total, oldest): the episodes "
      "that end on one vector step."},
+    {"encode_ring", (PyCFunction)(void (*)(void))encode_ring, METH_FASTCALL,
+     "encode_ring(fields, batches, constants) -> (buffer, starts, lengths): episodes' framed "
+     "tf.train.Example records straight from the ring (_ring_records.c)."},
 #endif
     {NULL, NULL, 0, NULL},
 };

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -58,14 +57,15 @@ class EpisodeBatch:
       num_steps: their steps in all.
       nbytes: the memory the columns hold (for the writer's queue budget).
 
-    A batch made with `fill` (and `columns=None`, `nbytes` given) gets its
-    columns from `fill()` once, on the first thread that needs them: the
-    writer thread as it encodes the batch, or the recorder's before it
-    overwrites the rows `fill` reads (`materialize`).
+    A batch made with `cut` (a `ring_records.RingCut`, `columns=None`,
+    `nbytes` given) holds its episodes' rows in a batch recorder's ring: the
+    writer thread encodes its records from there (`ring_records`), holding
+    `lock`; the recorder, about to overwrite the rows, cuts the columns out
+    first (`materialize`), as does any thread that asks for `columns`.
     """
 
     __slots__ = (
-        "_columns", "_fill", "_lock", "offsets", "steps", "reasons", "episode_values", "count",
+        "_columns", "cut", "lock", "offsets", "steps", "reasons", "episode_values", "count",
         "num_steps", "nbytes",
     )  # fmt: skip
 
@@ -76,12 +76,12 @@ class EpisodeBatch:
         steps: np.ndarray,
         reasons: np.ndarray,
         episode_values: list[dict[str, Any]],
-        fill: Callable[[], dict[str, np.ndarray]] | None = None,
+        cut: Any = None,
         nbytes: int | None = None,
     ):
         self._columns = columns
-        self._fill = fill
-        self._lock = threading.Lock() if fill is not None else None
+        self.cut = cut
+        self.lock = threading.Lock() if cut is not None else None
         self.offsets = offsets
         self.steps = steps
         self.reasons = reasons
@@ -94,31 +94,39 @@ class EpisodeBatch:
 
     @property
     def columns(self) -> dict[str, np.ndarray]:
-        if self._fill is not None:
+        if self.cut is not None:
             self.materialize()
         return self._columns
 
     @property
     def pending(self) -> bool:
-        """Whether the columns are still to be made (`fill` not called yet)."""
-        return self._fill is not None
+        """Whether the episodes are still only rows of the ring (neither cut out nor encoded)."""
+        return self.cut is not None
 
     def materialize(self) -> None:
-        """Makes the columns now if they are not made yet (any thread, once)."""
-        if self._lock is None:
+        """Cuts the columns out of the ring now if it still holds them (any thread, once)."""
+        if self.lock is None:
             return
-        with self._lock:
-            if self._fill is not None:
-                self._columns = self._fill()
-                self._fill = None
+        with self.lock:
+            self.cut_out()
+
+    def cut_out(self) -> None:
+        """`materialize` for a caller holding `lock`."""
+        if self.cut is not None:
+            self._columns = self.cut.columns()
+            self.cut = None
+
+    def drop(self) -> None:
+        """Lets go of the columns and the ring's rows (the records are made; `lock` held)."""
+        self._columns, self.cut = {}, None
 
     def release(self) -> None:
         """Drops the columns once the records are written."""
-        if self._lock is None:
+        if self.lock is None:
             self._columns = {}
             return
-        with self._lock:
-            self._columns, self._fill = {}, None
+        with self.lock:
+            self.drop()
 
 
 def supports(fields: list[FieldSpec]) -> bool:
@@ -208,7 +216,7 @@ class BatchRecordEncoder:
         self.fields = fields
         self._writers = {f.key: entry_writer(f) for f in fields if not f.in_steps}
         self._heads: dict[tuple[str, int], bytes] = {}
-        self._elems = {f.key: int(np.prod(f.shape, dtype=np.int64)) for f in fields if f.in_steps}
+        self.elems = {f.key: int(np.prod(f.shape, dtype=np.int64)) for f in fields if f.in_steps}
         self._table = _Table()
         # Per field: payload length -> (the head's place in the table, its length).
         self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -216,7 +224,7 @@ class BatchRecordEncoder:
         # Example length -> its record prefix's (place in the table, length).
         self._prefix_lut = (np.zeros(0, np.int64), np.zeros(0, np.int64))
         # Per-step field -> (key, Feature tag) for `native.encode`.
-        self._native_heads = {
+        self.native_heads = {
             f.key: (f.key.encode("utf-8"), 0x12 if f.kind == FLOAT else 0x1A)
             for f in fields
             if f.in_steps
@@ -275,7 +283,7 @@ class BatchRecordEncoder:
             found = at[totals]
         return found, length[totals]
 
-    def _episode_entries(self, values: dict[str, Any]) -> dict[str, bytes]:
+    def episode_entries(self, values: dict[str, Any]) -> dict[str, bytes]:
         out = {}
         for key, write in self._writers.items():
             parts: list[Any] = []
@@ -299,12 +307,12 @@ class BatchRecordEncoder:
                 constants[field.key] = len(constants)
                 fields.append((constants[field.key],))
                 continue
-            key, tag = self._native_heads[field.key]
+            key, tag = self.native_heads[field.key]
             kind, column = _native_column(field, batch.columns)
-            fields.append((key, tag, kind, self._elems[field.key], column))
+            fields.append((key, tag, kind, self.elems[field.key], column))
         rows = tuple(
             tuple(entries[key] for key in constants)
-            for entries in map(self._episode_entries, batch.episode_values)
+            for entries in map(self.episode_entries, batch.episode_values)
         )
         buffer, starts, lengths = native.encode(
             fields,
@@ -328,7 +336,7 @@ class BatchRecordEncoder:
         rows = batch.steps
         offsets = batch.offsets
         last_rows = offsets + rows - 1
-        constants = [self._episode_entries(v) for v in batch.episode_values]
+        constants = [self.episode_entries(v) for v in batch.episode_values]
         for field in self.fields:
             if not field.in_steps:
                 at = np.array([table.put(c[field.key]) for c in constants], np.int64)
@@ -336,7 +344,7 @@ class BatchRecordEncoder:
                 segments.append((-1, at[batch.reasons], size[batch.reasons]))
                 continue
             column = batch.columns[field.key]
-            elems = self._elems[field.key]
+            elems = self.elems[field.key]
             if field.kind == FLOAT or column.dtype == np.bool_:
                 width = elems * (4 if field.kind == FLOAT else 1)
                 if field.kind == FLOAT:

@@ -34,6 +34,7 @@ from rlds_writer.store.writing import dataset_setup, encoding, exit_close
 from rlds_writer.store.writing.batch_records import BatchRecordEncoder, EpisodeBatch, supports
 from rlds_writer.store.writing.exit_close import process_id
 from rlds_writer.store.writing.failure_text import failure_text
+from rlds_writer.store.writing.ring_records import encode_batches
 from rlds_writer.store.writing.split_shards import SplitShards
 
 if TYPE_CHECKING:
@@ -254,10 +255,10 @@ class DatasetWriter:
             self._error = e
             self._check()
 
-    def _admitted_done(self, episode: Episode) -> None:
+    def _admitted_done(self, episodes: list[Any]) -> None:
         with self._budget:
-            self._queued_count -= 1
-            self._queued_bytes -= episode.nbytes
+            self._queued_count -= len(episodes)
+            self._queued_bytes -= sum(episode.nbytes for episode in episodes)
             self._budget.notify_all()
 
     @interrupts.held
@@ -351,20 +352,20 @@ class DatasetWriter:
             try:
                 item = self._queue.get(timeout=timeout)
             except queue.Empty:
-                with self._io_lock:
-                    self._guarded(self._commit_if_dirty)
+                if self._dirty:
+                    with self._io_lock:
+                        self._guarded(self._commit)
                 continue
             if item[0] is _STOP:
                 return
+            size = 0 if item[0] in (_FLUSH, _CLOSE) else item[1].nbytes
             with self._io_lock:
+                if type(item[1]) is EpisodeBatch:
+                    item = (item[0], self._batches(*item))
                 done = self._process(item)
             if done:
                 return
-            if (
-                self._queue.empty()
-                and item[0] not in (_FLUSH, _CLOSE)
-                and item[1].nbytes < _BATCH_BELOW
-            ):
+            if self._queue.empty() and 0 < size < _BATCH_BELOW:
                 # Let the next short episodes gather: one wake-up per batch
                 # instead of one per episode keeps the env thread and this one
                 # from trading the GIL back and forth.
@@ -384,8 +385,16 @@ class DatasetWriter:
             self._guarded(functools.partial(self._write_episode, kind, payload))
         else:
             self._keep_episode(kind, payload)
-        self._admitted_done(payload)
+        self._admitted_done(payload if type(payload) is list else [payload])
         return False
+
+    def _batches(self, split: str, batch: EpisodeBatch) -> list[EpisodeBatch]:
+        """`batch` and the batches of `split` queued right after it: encoded in
+        one call, appended with one write (this thread alone takes from the queue)."""
+        batches, queued = [batch], self._queue.queue
+        while queued and queued[0][0] == split and type(queued[0][1]) is EpisodeBatch:
+            batches.append(self._queue.get_nowait()[1])
+        return batches
 
     def _guarded(self, fn: Any) -> None:
         if self._error is not None:
@@ -399,15 +408,14 @@ class DatasetWriter:
     def _upcoming_columns(self) -> dict[str, Any] | None:
         """The columns of the episode that will be written next, if it is already finished."""
         with self._queue.mutex:
-            for kind, payload in self._queue.queue:
-                if kind not in (_FLUSH, _CLOSE, _STOP):
-                    return payload.columns
-        waiting = self._waiting
-        return waiting.columns if waiting is not None else None
+            queued = (p for kind, p in self._queue.queue if kind not in (_FLUSH, _CLOSE, _STOP))
+            upcoming = next(queued, self._waiting)
+        # A batch has no frames to start on (its columns would only be cut early).
+        return None if upcoming is None or type(upcoming) is EpisodeBatch else upcoming.columns
 
-    def _write_episode(self, split: str, episode: Episode, commit: bool = True) -> None:
-        if type(episode) is EpisodeBatch:
-            self._write_batch(split, episode, commit)
+    def _write_episode(self, split: str, episode: Any, commit: bool = True) -> None:
+        if type(episode) is list:  # of `EpisodeBatch`es
+            self._write_batches(split, episode, commit)
             return
         parts, length = self.encoder.encode_parts(
             episode.columns,
@@ -429,43 +437,45 @@ class DatasetWriter:
         if commit and time.monotonic() - self._last_commit >= self.commit_interval:
             self._commit()
 
-    def _keep_episode(self, split: str, episode: Episode | EpisodeBatch) -> None:
-        """An episode (or a batch of them) handed over before a failure and queued:
+    def _keep_episode(self, split: str, episode: Episode | list[EpisodeBatch]) -> None:
+        """An episode (or batches of them) handed over before a failure and queued:
         written to the open shard of an object store's dataset (a local file, kept
         with the others at close), never rotated nor committed; dropped elsewhere
         (counted)."""
-        batch = type(episode) is EpisodeBatch
-        count = episode.count if batch else 1
+        batch = type(episode) is list
+        count = sum(b.count for b in episode) if batch else 1
         if not self._shards.remote:
             self._dropped += count
             return
         try:
             if batch:
-                buffer, starts, lengths = self.batch_encoder.encode(episode)
+                buffer, starts, lengths = encode_batches(self.batch_encoder, episode)
                 self._shards.append_records(split, buffer, starts, lengths)
             else:
                 parts, length = self.encoder.encode_parts(episode.columns, episode.episode_values)
                 self._shards.append(split, parts, length)
-            episode.release()
+            for done in episode if batch else [episode]:
+                done.release()
             self.episodes_written += count
         except Exception as e:  # noqa: BLE001 - the first error is the one raised
             what = "episodes" if batch else "an episode"
             _log.error("could not keep %s of %s after the failure: %r", what, self.path, e)
             self._dropped += count
 
-    def _write_batch(self, split: str, batch: EpisodeBatch, commit: bool) -> None:
-        """Writes a batch's episodes, their records encoded together, into shards as usual."""
-        buffer, starts, lengths = self.batch_encoder.encode(batch)
-        done = 0
-        while done < batch.count:
-            take = min(batch.count - done, self._shards.room(split))
+    def _write_batches(self, split: str, batches: list[EpisodeBatch], commit: bool) -> None:
+        """Writes batches' episodes, their records encoded together, into shards as usual."""
+        buffer, starts, lengths = encode_batches(self.batch_encoder, batches)
+        done, count = 0, len(starts)
+        while done < count:
+            take = min(count - done, self._shards.room(split))
             part = slice(done, done + take)
             self._shards.append_records(split, buffer, starts[part], lengths[part])
             done += take
             self._shards.rotate_if_full(split)
-        batch.release()
-        self.episodes_written += batch.count
-        self.steps_written += batch.num_steps
+        for batch in batches:
+            batch.release()
+            self.steps_written += batch.num_steps
+        self.episodes_written += count
         self.bytes_written += int(lengths.sum())
         self._dirty = True
         if commit and time.monotonic() - self._last_commit >= self.commit_interval:
@@ -480,10 +490,6 @@ class DatasetWriter:
     def _finish(self) -> None:
         self._shards.finish()
         self._committed()
-
-    def _commit_if_dirty(self) -> None:
-        if self._dirty:
-            self._commit()
 
     def _commit(self) -> None:
         self._shards.commit()

@@ -1,0 +1,486 @@
+/* The batch recorder's records straight from its time-major ring (record/batch/ring.py),
+ * part of the _batch_records extension:
+ *
+ * encode_ring(fields, batches, constants) -> (buffer, starts, lengths)
+ *     the bytes `encode` gives for the episodes once gathered into columns
+ *     (`gather`) with their RLDS flags, without the columns: each record is
+ *     written from the ring's rows. `fields` in the Example's order, each
+ *       (index,)            an episode-level field: constants[reason][index] (bytes);
+ *       (key, tag, flag)    an RLDS flag, 0 is_first, 1 is_last, 2 is_terminal (true at
+ *                           the last step of an episode whose reason is 0), one byte a step;
+ *       (key, tag, src, elems, ring, zero, slot)
+ *                           a per-step field: ring [L, N, elems] of values of the struct
+ *                           code `src` (f d: FloatList, tag 0x12, as float32; b h i q
+ *                           B H I Q: Int64List of varints, tag 0x1a); slot >= 0: an
+ *                           observation-like field, its first row the batch's
+ *                           firsts[slot][j], then the rows; slot -1: a transition field,
+ *                           the rows then `zero` (the final step's row).
+ *     `batches` a sequence of (envs, starts, counts, reasons, firsts): int64 [E] each and
+ *     a tuple of [E, elems] arrays, episode j being counts[j] ring rows of column envs[j]
+ *     from row starts[j] (modulo L), counts[j] + 1 steps. Records of every batch, in
+ *     order, end to end; starts and lengths as int64 bytes, as `encode` returns them.
+ *
+ * Both passes (the lengths, then the bytes) run without the GIL: the env thread steps on.
+ */
+#include "_batch_records.h"
+
+#if HAVE_SSE42
+
+typedef struct {
+    int kind; /* 0 constant, 1 flag, 2 from the ring */
+    Py_ssize_t index; /* constant: its index; flag: which */
+    const unsigned char *key;
+    Py_ssize_t key_len;
+    unsigned char tag;
+    char src;
+    Py_ssize_t width, elems, row, size, num_envs, slot;
+    Py_buffer ring, zero;
+    int held; /* 1: ring, 2: ring and zero */
+} RingField;
+
+typedef struct {
+    Py_buffer index[4]; /* envs, starts, counts, reasons */
+    int held;
+    Py_ssize_t count;
+    Py_buffer *firsts;
+    Py_ssize_t num_firsts, held_firsts;
+} Batch;
+
+static Py_ssize_t
+src_width(char src)
+{
+    switch (src) {
+    case 'b': case 'B': return 1;
+    case 'h': case 'H': return 2;
+    case 'f': case 'i': case 'I': return 4;
+    case 'd': case 'q': case 'Q': return 8;
+    default: return 0;
+    }
+}
+
+static inline uint64_t
+int_at(char src, const char *row, Py_ssize_t e)
+{
+    switch (src) { /* as numpy's cast to int64 (uint64: its bits) */
+    case 'b': return (uint64_t)(int64_t)((const int8_t *)row)[e];
+    case 'h': return (uint64_t)(int64_t)((const int16_t *)row)[e];
+    case 'i': return (uint64_t)(int64_t)((const int32_t *)row)[e];
+    case 'B': return ((const uint8_t *)row)[e];
+    case 'H': return ((const uint16_t *)row)[e];
+    case 'I': return ((const uint32_t *)row)[e];
+    default: {
+        uint64_t v;
+        memcpy(&v, row + 8 * e, 8);
+        return v;
+    }
+    }
+}
+
+/* Pointers to episode j's rows of field f, in the Example's order (steps of them). */
+static void
+episode_rows(const RingField *f, const Batch *b, Py_ssize_t j, const char **rows)
+{
+    const int64_t *env = b->index[0].buf, *start = b->index[1].buf, *n = b->index[2].buf;
+    const char *column = (const char *)f->ring.buf + env[j] * f->row;
+    Py_ssize_t stride = f->num_envs * f->row, k = 0;
+    if (f->slot >= 0) {
+        rows[k++] = (const char *)b->firsts[f->slot].buf + j * f->row;
+    }
+    int64_t r = start[j] % f->size;
+    for (int64_t i = 0; i < n[j]; i++) {
+        rows[k++] = column + r * stride;
+        if (++r == f->size) {
+            r = 0;
+        }
+    }
+    if (f->slot < 0) {
+        rows[k] = f->zero.buf;
+    }
+}
+
+static int64_t
+payload_len(const RingField *f, const char **rows, int64_t steps)
+{
+    if (f->kind == 1) {
+        return steps;
+    }
+    if (f->src == 'f' || f->src == 'd') {
+        return steps * f->elems * 4;
+    }
+    int64_t payload = 0;
+    for (int64_t k = 0; k < steps; k++) {
+        for (Py_ssize_t e = 0; e < f->elems; e++) {
+            payload += varint_len(int_at(f->src, rows[k], e));
+        }
+    }
+    return payload;
+}
+
+static unsigned char *
+put_payload(unsigned char *p, const RingField *f, const char **rows, int64_t steps, int64_t reason)
+{
+    if (f->kind == 1) {
+        memset(p, 0, steps);
+        if (f->index == 0) {
+            p[0] = 1;
+        } else if (f->index == 1 || reason == 0) {
+            p[steps - 1] = 1;
+        }
+        return p + steps;
+    }
+    for (int64_t k = 0; k < steps; k++) {
+        const char *row = rows[k];
+        if (f->src == 'f') {
+            memcpy(p, row, f->row);
+            p += f->row;
+        } else if (f->src == 'd') {
+            for (Py_ssize_t e = 0; e < f->elems; e++) {
+                float v = (float)((const double *)row)[e];
+                memcpy(p, &v, 4);
+                p += 4;
+            }
+        } else {
+            for (Py_ssize_t e = 0; e < f->elems; e++) {
+                p = put_varint(p, int_at(f->src, row, e));
+            }
+        }
+    }
+    return p;
+}
+
+static int
+parse_field(PyObject *item, RingField *f)
+{
+    if (!PyTuple_Check(item)) {
+        goto bad;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(item);
+    if (n == 1) {
+        f->kind = 0;
+        f->index = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
+        if (f->index < 0) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "encode_ring: a negative constant index");
+            }
+            return -1;
+        }
+        return 0;
+    }
+    PyObject *key, *ring, *zero;
+    int tag;
+    if (n == 3) {
+        f->kind = 1;
+        if (!PyArg_ParseTuple(item, "Sin", &key, &tag, &f->index)) {
+            return -1;
+        }
+        if (f->index < 0 || f->index > 2) {
+            PyErr_SetString(PyExc_ValueError, "encode_ring: a flag is 0, 1 or 2");
+            return -1;
+        }
+    } else {
+        const char *src;
+        Py_ssize_t src_len;
+        f->kind = 2;
+        if (n != 7 || !PyArg_ParseTuple(item, "Sis#nOOn", &key, &tag, &src, &src_len, &f->elems,
+                                        &ring, &zero, &f->slot)) {
+            goto bad;
+        }
+        f->src = src_len == 1 ? src[0] : 0;
+        f->width = src_width(f->src);
+        int floats = f->src == 'f' || f->src == 'd';
+        if (!f->width || f->elems < 0 || (tag == 0x12) != floats) {
+            PyErr_Format(PyExc_ValueError, "encode_ring: %s values under tag %d", src, tag);
+            return -1;
+        }
+        f->row = f->elems * f->width;
+        if (PyObject_GetBuffer(ring, &f->ring, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            return -1;
+        }
+        f->held = 1;
+        if ((f->ring.format && strchr(f->ring.format, 'O')) || f->ring.ndim < 2 ||
+            f->ring.itemsize != f->width ||
+            f->ring.len != f->ring.shape[0] * f->ring.shape[1] * f->row || !f->ring.shape[0]) {
+            PyErr_SetString(PyExc_ValueError, "encode_ring: a ring is [L, N, elems] of src");
+            return -1;
+        }
+        f->size = f->ring.shape[0];
+        f->num_envs = f->ring.shape[1];
+        if (f->slot < 0) {
+            if (PyObject_GetBuffer(zero, &f->zero, PyBUF_C_CONTIGUOUS) < 0) {
+                return -1;
+            }
+            f->held = 2;
+            if (f->zero.len != f->row) {
+                PyErr_SetString(PyExc_ValueError, "encode_ring: a zero is one row");
+                return -1;
+            }
+        }
+    }
+    f->key = (const unsigned char *)PyBytes_AS_STRING(key);
+    f->key_len = PyBytes_GET_SIZE(key);
+    f->tag = (unsigned char)tag;
+    return 0;
+bad:
+    if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_TypeError, "encode_ring: a field is (index,), (key, tag, flag) or "
+                                         "(key, tag, src, elems, ring, zero, slot)");
+    }
+    return -1;
+}
+
+static int
+parse_batch(PyObject *item, Batch *b)
+{
+    static const char *names[4] = {"envs", "starts", "counts", "reasons"};
+    PyObject *firsts;
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 5 ||
+        !PyTuple_Check(firsts = PyTuple_GET_ITEM(item, 4))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "encode_ring: a batch is (envs, starts, counts, reasons, firsts)");
+        return -1;
+    }
+    b->count = PyObject_Length(PyTuple_GET_ITEM(item, 0));
+    if (b->count < 0) {
+        return -1;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (get_index(PyTuple_GET_ITEM(item, i), &b->index[i], b->count, names[i]) < 0) {
+            return -1;
+        }
+        b->held++;
+    }
+    b->num_firsts = PyTuple_GET_SIZE(firsts);
+    b->firsts = PyMem_Calloc(b->num_firsts ? b->num_firsts : 1, sizeof(Py_buffer));
+    if (b->firsts == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t s = 0; s < b->num_firsts; s++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(firsts, s), &b->firsts[s], PyBUF_C_CONTIGUOUS) <
+            0) {
+            return -1;
+        }
+        b->held_firsts++;
+    }
+    return 0;
+}
+
+/* Every index checked before a byte is read. */
+static int
+check(const RingField *fields, Py_ssize_t num_fields, const Batch *b, Py_ssize_t num_reasons)
+{
+    const int64_t *env = b->index[0].buf, *start = b->index[1].buf, *n = b->index[2].buf;
+    const int64_t *reason = b->index[3].buf;
+    for (Py_ssize_t j = 0; j < b->count; j++) {
+        if (n[j] < 0 || start[j] < 0 || env[j] < 0 || reason[j] < 0 || reason[j] >= num_reasons) {
+            goto bad;
+        }
+    }
+    for (Py_ssize_t i = 0; i < num_fields; i++) {
+        const RingField *f = &fields[i];
+        if (f->kind != 2) {
+            continue;
+        }
+        if (f->slot >= b->num_firsts ||
+            (f->slot >= 0 && b->firsts[f->slot].len != b->count * f->row)) {
+            goto bad;
+        }
+        for (Py_ssize_t j = 0; j < b->count; j++) {
+            if (env[j] >= f->num_envs) {
+                goto bad;
+            }
+        }
+    }
+    return 0;
+bad:
+    PyErr_SetString(PyExc_IndexError, "encode_ring: a batch's episodes are out of bounds");
+    return -1;
+}
+
+__attribute__((visibility("hidden"))) PyObject *
+encode_ring(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "encode_ring(fields, batches, constants: tuple)");
+        return NULL;
+    }
+    PyObject *constants = args[2];
+    Py_ssize_t num_reasons = PyTuple_GET_SIZE(constants);
+    PyObject *fields_seq = PySequence_Fast(args[0], "encode_ring: fields must be a sequence");
+    if (fields_seq == NULL) {
+        return NULL;
+    }
+    PyObject *batches_seq = PySequence_Fast(args[1], "encode_ring: batches must be a sequence");
+    if (batches_seq == NULL) {
+        Py_DECREF(fields_seq);
+        return NULL;
+    }
+    Py_ssize_t num_fields = PySequence_Fast_GET_SIZE(fields_seq);
+    Py_ssize_t num_batches = PySequence_Fast_GET_SIZE(batches_seq);
+    RingField *fields = PyMem_Calloc(num_fields ? num_fields : 1, sizeof(RingField));
+    Batch *batches = PyMem_Calloc(num_batches ? num_batches : 1, sizeof(Batch));
+    const unsigned char **cptr = PyMem_Calloc(num_reasons * num_fields + 1, sizeof(char *));
+    int64_t *clen = PyMem_Calloc(num_reasons * num_fields + 1, sizeof(int64_t));
+    int64_t *sizes = NULL, *record_start = NULL, *data_len = NULL, *example_len = NULL;
+    const char **rows = NULL;
+    PyObject *buffer = NULL, *result = NULL;
+    if (fields == NULL || batches == NULL || cptr == NULL || clen == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < num_fields; i++) {
+        if (parse_field(PySequence_Fast_GET_ITEM(fields_seq, i), &fields[i]) < 0) {
+            goto done;
+        }
+        if (fields[i].kind != 0) {
+            continue;
+        }
+        for (Py_ssize_t r = 0; r < num_reasons; r++) {
+            PyObject *row = PyTuple_GET_ITEM(constants, r), *value;
+            if (!PyTuple_Check(row) || fields[i].index >= PyTuple_GET_SIZE(row) ||
+                !PyBytes_Check(value = PyTuple_GET_ITEM(row, fields[i].index))) {
+                PyErr_SetString(PyExc_TypeError, "encode_ring: constants[reason][index] is bytes");
+                goto done;
+            }
+            cptr[r * num_fields + i] = (const unsigned char *)PyBytes_AS_STRING(value);
+            clen[r * num_fields + i] = PyBytes_GET_SIZE(value);
+        }
+    }
+    Py_ssize_t count = 0;
+    int64_t most = 1;
+    for (Py_ssize_t b = 0; b < num_batches; b++) {
+        Batch *batch = &batches[b];
+        if (parse_batch(PySequence_Fast_GET_ITEM(batches_seq, b), batch) < 0 ||
+            check(fields, num_fields, batch, num_reasons) < 0) {
+            goto done;
+        }
+        const int64_t *n = batch->index[2].buf;
+        for (Py_ssize_t j = 0; j < batch->count; j++) {
+            most = n[j] + 1 > most ? n[j] + 1 : most;
+        }
+        count += batch->count;
+    }
+    sizes = PyMem_Malloc(sizeof(int64_t) * (count * num_fields + 1));
+    record_start = PyMem_Malloc(sizeof(int64_t) * (count + 1));
+    data_len = PyMem_Malloc(sizeof(int64_t) * (count + 1));
+    example_len = PyMem_Malloc(sizeof(int64_t) * (count + 1));
+    rows = PyMem_Malloc(sizeof(char *) * most);
+    if (!sizes || !record_start || !data_len || !example_len || !rows) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t total = 0;
+    /* Pass 1: each field's payload length per record, and the records' lengths. */
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t e = 0;
+    for (Py_ssize_t b = 0; b < num_batches; b++) {
+        const Batch *batch = &batches[b];
+        const int64_t *n = batch->index[2].buf, *reason = batch->index[3].buf;
+        for (Py_ssize_t j = 0; j < batch->count; j++, e++) {
+            int64_t example = 0, body;
+            for (Py_ssize_t i = 0; i < num_fields; i++) {
+                const RingField *f = &fields[i];
+                int64_t payload;
+                if (f->kind == 0) {
+                    payload = clen[reason[j] * num_fields + i];
+                    example += payload;
+                } else {
+                    if (f->kind == 2 && f->src != 'f' && f->src != 'd') {
+                        episode_rows(f, batch, j, rows);
+                    }
+                    payload = payload_len(f, rows, n[j] + 1);
+                    example += entry_len(f->key_len, payload, &body);
+                }
+                sizes[e * num_fields + i] = payload;
+            }
+            example_len[e] = example;
+            data_len[e] = 1 + varint_len(example) + example;
+            record_start[e] = total;
+            total += 12 + data_len[e] + 4;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    buffer = PyByteArray_FromStringAndSize(NULL, total);
+    if (buffer == NULL) {
+        goto done;
+    }
+    unsigned char *base = (unsigned char *)PyByteArray_AS_STRING(buffer);
+    /* Pass 2: the records. */
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t e = 0;
+    for (Py_ssize_t b = 0; b < num_batches; b++) {
+        const Batch *batch = &batches[b];
+        const int64_t *n = batch->index[2].buf, *reason = batch->index[3].buf;
+        for (Py_ssize_t j = 0; j < batch->count; j++, e++) {
+            unsigned char *record = base + record_start[e];
+            unsigned char *p = record + 12, *data = p;
+            uint64_t length = (uint64_t)data_len[e];
+            memcpy(record, &length, 8); /* little-endian (x86-64) */
+            uint32_t length_crc = masked_crc(record, 8);
+            memcpy(record + 8, &length_crc, 4);
+            *p++ = 0x0a;
+            p = put_varint(p, example_len[e]);
+            for (Py_ssize_t i = 0; i < num_fields; i++) {
+                const RingField *f = &fields[i];
+                int64_t payload = sizes[e * num_fields + i], body;
+                if (f->kind == 0) {
+                    memcpy(p, cptr[reason[j] * num_fields + i], payload);
+                    p += payload;
+                    continue;
+                }
+                entry_len(f->key_len, payload, &body);
+                p = put_entry(p, f->key, f->key_len, f->tag, payload, body);
+                if (f->kind == 2) {
+                    episode_rows(f, batch, j, rows);
+                }
+                p = put_payload(p, f, rows, n[j] + 1, reason[j]);
+            }
+            uint32_t data_crc = masked_crc(data, p - data);
+            memcpy(p, &data_crc, 4);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *starts_bytes = PyBytes_FromStringAndSize((const char *)record_start,
+                                                       sizeof(int64_t) * count);
+    PyObject *lengths_bytes = PyBytes_FromStringAndSize((const char *)data_len,
+                                                        sizeof(int64_t) * count);
+    if (starts_bytes && lengths_bytes) {
+        result = PyTuple_Pack(3, buffer, starts_bytes, lengths_bytes);
+    }
+    Py_XDECREF(starts_bytes);
+    Py_XDECREF(lengths_bytes);
+done:
+    Py_XDECREF(buffer);
+    PyMem_Free(sizes);
+    PyMem_Free(record_start);
+    PyMem_Free(data_len);
+    PyMem_Free(example_len);
+    PyMem_Free(rows);
+    PyMem_Free(cptr);
+    PyMem_Free(clen);
+    for (Py_ssize_t i = 0; fields && i < num_fields; i++) {
+        if (fields[i].held >= 1) {
+            PyBuffer_Release(&fields[i].ring);
+        }
+        if (fields[i].held >= 2) {
+            PyBuffer_Release(&fields[i].zero);
+        }
+    }
+    for (Py_ssize_t b = 0; batches && b < num_batches; b++) {
+        for (int i = 0; i < batches[b].held; i++) {
+            PyBuffer_Release(&batches[b].index[i]);
+        }
+        for (Py_ssize_t s = 0; s < batches[b].held_firsts; s++) {
+            PyBuffer_Release(&batches[b].firsts[s]);
+        }
+        PyMem_Free(batches[b].firsts);
+    }
+    PyMem_Free(fields);
+    PyMem_Free(batches);
+    Py_DECREF(batches_seq);
+    Py_DECREF(fields_seq);
+    return result;
+}
+
+#endif /* HAVE_SSE42 */
