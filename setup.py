@@ -148,8 +148,12 @@ def _extensions() -> list[Extension]:
         ),
         Extension(
             "rlds_writer.record.batch._vector_step",
-            ["rlds_writer/record/batch/_vector_step.c"],
+            [
+                "rlds_writer/record/batch/_vector_step.c",
+                "rlds_writer/record/batch/_vector_rows.c",
+            ],
             include_dirs=[numpy.get_include()],
+            depends=["rlds_writer/record/batch/_vector_step.h"],
             optional=True,
         ),
     ]

@@ -1,4 +1,5 @@
-/* A whole vector step's ring bookkeeping in one C call (record/batch/vector_step.py).
+/* A whole vector step's ring bookkeeping in one C call (record/batch/vector_step.py;
+ * the batches' checks and copies are in _vector_rows.c, shared names in _vector_step.h).
  *
  * VectorStep(columns, heads, discount, open, start, pending, spilled, plan, apart)
  *     holds the time-major ring's columns [L, N, ...] (record/batch/ring.py), the
@@ -9,7 +10,7 @@
  *     (bool [N]) and two reused outputs: `plan` int64 [6, N] (as
  *     _batch_records.plan writes it) and `apart` int64 [2, N].
  *
- * step(values, terminated, truncated, row, t) -> (count, total, oldest, apart) or None
+ * step(values, terminated, truncated, row, t) -> (total, oldest, apart, plan) or None
  *     records the vector step written at ring row `row` (t = that step + 1):
  *     1. every value (a numpy array per column, in the columns' order; None for
  *        the discount) is checked: shape (N, *row shape) and the column's dtype or
@@ -26,36 +27,24 @@
  *        _batch_records.plan writes it (reason 0 terminated, 1 truncated), or
  *        where spilled[i] an `apart` row (sub-env, reason) instead; pending[i]
  *        then holds whether it ended.
- *     Returns the plan's episodes, their steps in all, their oldest first row
- *     (t if none) and the count of `apart` rows.
+ *     Returns the planned episodes' steps in all, their oldest first row (t if
+ *     none), the count of `apart` rows, and None if no episode was planned, else
+ *     (envs, starts, transitions, offsets, steps, reasons, firsts): the plan's
+ *     rows as fresh int64 arrays and, per head (in the columns' order), a fresh
+ *     array of the ended episodes' first rows (copied before a begin can
+ *     overwrite them).
  *
  * The GIL is held throughout: a short call, and releasing it would hand the
  * env thread's time to the writer thread mid-step.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <string.h>
-#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
-#include <numpy/arrayobject.h>
+#include "_vector_step.h"
 
 /* What Python calls and reads of this module, versioned: bump it, and
  * rlds_writer/_native.py's ABI with it, whenever that changes (a function's
  * arguments, a method, a constant). A build of other sources is then refused
- * at import (its Python path runs instead) rather than called wrongly. */
-#define RLDS_ABI 1
-
-#define MAX_FIELDS 256
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *columns; /* tuple of ndarrays [L, N, ...] */
-    PyObject *heads;   /* tuple of ndarrays [N, ...] or None */
-    PyObject *keep;    /* the arrays below, referenced while in use */
-    Py_ssize_t nfields, num_envs, size, discount;
-    unsigned char *open, *pending, *spilled;
-    int64_t *start, *plan, *apart;
-} VectorStep;
+ * at import (its Python path runs instead) rather than called wrongly.
+ * 2: step returns (total, oldest, apart, plan). */
+#define RLDS_ABI 2
 
 static PyArrayObject *
 c_array(PyObject *obj, int type_num, npy_intp count, const char *name)
@@ -194,100 +183,6 @@ vs_dealloc(VectorStep *self)
     vs_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
-
-/* The strided source's items into contiguous `dst`, the last axis innermost. */
-static char *
-copy_strided(char *dst, const char *src, int ndim, const npy_intp *dims,
-             const npy_intp *strides, npy_intp itemsize)
-{
-    if (ndim == 0) {
-        memcpy(dst, src, itemsize);
-        return dst + itemsize;
-    }
-    if (ndim == 1) {
-        npy_intp n = dims[0], s = strides[0];
-#define COPY_ITEMS(type)                                        \
-    for (npy_intp i = 0; i < n; i++) {                          \
-        memcpy(dst + i * sizeof(type), src + i * s, sizeof(type)); \
-    }                                                           \
-    return dst + n * sizeof(type);
-        switch (itemsize) {
-        case 1: COPY_ITEMS(uint8_t)
-        case 2: COPY_ITEMS(uint16_t)
-        case 4: COPY_ITEMS(uint32_t)
-        case 8: COPY_ITEMS(uint64_t)
-        default:
-            for (npy_intp i = 0; i < n; i++) {
-                memcpy(dst + i * itemsize, src + i * s, itemsize);
-            }
-            return dst + n * itemsize;
-        }
-#undef COPY_ITEMS
-    }
-    for (npy_intp i = 0; i < dims[0]; i++) {
-        dst = copy_strided(dst, src + i * strides[0], ndim - 1, dims + 1, strides + 1, itemsize);
-    }
-    return dst;
-}
-
-/* 1: the value fits its column as it is; 2: numpy casts it (same_kind); 0: neither. */
-static int
-value_fits(PyObject *value, PyArrayObject *column)
-{
-    if (!PyArray_CheckExact(value)) {
-        return 0;
-    }
-    PyArrayObject *v = (PyArrayObject *)value;
-    int ndim = PyArray_NDIM(v);
-    if (ndim != PyArray_NDIM(column) - 1 || PyArray_ISOBJECT(v)) {
-        return 0;
-    }
-    for (int d = 0; d < ndim; d++) {
-        if (PyArray_DIM(v, d) != PyArray_DIM(column, d + 1)) {
-            return 0;
-        }
-    }
-    if (PyArray_EquivTypes(PyArray_DESCR(v), PyArray_DESCR(column)) && PyArray_ISALIGNED(v)) {
-        return 1;
-    }
-    return PyArray_CanCastTypeTo(PyArray_DESCR(v), PyArray_DESCR(column),
-                                 NPY_SAME_KIND_CASTING)
-               ? 2
-               : 0;
-}
-
-static const unsigned char *
-flags_of(PyObject *obj, npy_intp n, npy_intp *stride)
-{
-    if (!PyArray_CheckExact(obj)) {
-        return NULL;
-    }
-    PyArrayObject *a = (PyArrayObject *)obj;
-    if (PyArray_TYPE(a) != NPY_BOOL || PyArray_NDIM(a) != 1 || PyArray_DIM(a, 0) != n) {
-        return NULL;
-    }
-    *stride = PyArray_STRIDE(a, 0);
-    return PyArray_DATA(a);
-}
-
-/* Numpy's cast of `value` into the column's row (a view made for the call). */
-static int
-cast_into(PyArrayObject *column, char *row, PyArrayObject *value)
-{
-    PyArray_Descr *descr = PyArray_DESCR(column);
-    Py_INCREF(descr);
-    PyObject *view = PyArray_NewFromDescr(&PyArray_Type, descr, PyArray_NDIM(column) - 1,
-                                          PyArray_DIMS(column) + 1,
-                                          PyArray_STRIDES(column) + 1, row,
-                                          NPY_ARRAY_CARRAY, NULL);
-    if (view == NULL) {
-        return -1;
-    }
-    int status = PyArray_CopyInto((PyArrayObject *)view, value);
-    Py_DECREF(view);
-    return status;
-}
-
 static PyObject *
 vs_step(VectorStep *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -359,7 +254,8 @@ vs_step(VectorStep *self, PyObject *const *args, Py_ssize_t nargs)
             }
         } else if (PyArray_IS_C_CONTIGUOUS(v)) {
             memcpy(dst, PyArray_DATA(v), row_bytes);
-        } else {
+        } else if (PyArray_NDIM(v) != 2 || !copy_2d(dst, PyArray_DATA(v), PyArray_DIMS(v),
+                                                     PyArray_STRIDES(v), PyArray_ITEMSIZE(v))) {
             copy_strided(dst, PyArray_DATA(v), PyArray_NDIM(v), PyArray_DIMS(v),
                          PyArray_STRIDES(v), PyArray_ITEMSIZE(v));
         }
@@ -410,12 +306,19 @@ vs_step(VectorStep *self, PyObject *const *args, Py_ssize_t nargs)
         }
         count++;
     }
-    return Py_BuildValue("nLLn", count, (long long)total, (long long)oldest, napart);
+    if (!count) {
+        return Py_BuildValue("LLnO", (long long)total, (long long)oldest, napart, Py_None);
+    }
+    PyObject *plan = planned(self, count);
+    if (plan == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("LLnN", (long long)total, (long long)oldest, napart, plan);
 }
 
 static PyMethodDef vs_methods[] = {
     {"step", (PyCFunction)(void (*)(void))vs_step, METH_FASTCALL,
-     "step(values, terminated, truncated, row, t) -> (count, total, oldest, apart) or None: "
+     "step(values, terminated, truncated, row, t) -> (total, oldest, apart, plan) or None: "
      "one vector step's rows, begins and ends."},
     {NULL, NULL, 0, NULL},
 };

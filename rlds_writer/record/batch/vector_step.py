@@ -103,7 +103,7 @@ class VectorSteps:
         metadata: Any,
         terminated: Any,
         truncated: Any,
-    ) -> tuple[int, int, int, int] | None:
+    ) -> tuple[Any, ...] | None:
         """Writes the step's rows, begins and ends episodes; None: take the general path.
 
         Returns what `ended` and `finish` take: the ended sub-envs have their
@@ -136,23 +136,24 @@ class VectorSteps:
             ring.t = t + 1
         return ends
 
-    def ended(self, ends: tuple[int, int, int, int]) -> np.ndarray | None:
+    def ended(self, ends: tuple[Any, ...]) -> np.ndarray | None:
         """The sub-envs whose episode `ends` ended, as a bool mask (None: none)."""
-        count, _, _, napart = ends
-        if not count and not napart:
+        _, _, napart, plan = ends
+        if plan is None and not napart:
             return None
         mask = np.zeros(self._core.num_envs, np.bool_)
-        mask[self._ring._plan[0, :count]] = True
+        if plan is not None:
+            mask[plan[0]] = True
         mask[self._apart[0, :napart]] = True
         return mask
 
-    def finish(self, ends: tuple[int, int, int, int]) -> None:
+    def finish(self, ends: tuple[Any, ...]) -> None:
         """Hands the episodes `step` ended to the writer, as `BatchRecorder.end` would."""
-        count, total, oldest, napart = ends
+        _, oldest, napart, plan = ends
         core, ring = self._core, self._ring
-        if count:
-            _, offsets, steps, reasons, fill, oldest = ring.planned(count, total, oldest)
-            core._defer(fill, offsets, steps, reasons, oldest)
+        if plan is not None:
+            envs, starts, rows_per, offsets, steps, reasons, firsts = plan
+            core._defer((envs, starts, rows_per, firsts), offsets, steps, reasons, oldest)
         if napart:
             envs, codes = self._apart[:, :napart].tolist()
             core._write_apart([ring._gather_spilled(i) for i in envs], dict(zip(envs, codes)))
