@@ -125,6 +125,7 @@ def _extensions() -> list[Extension]:
         Extension(
             "rlds_writer.store.formats.tfrecord._crc32c",
             ["rlds_writer/store/formats/tfrecord/_crc32c.c"],
+            depends=["rlds_writer/store/formats/tfrecord/_crc32c.h"],
             optional=True,
         ),
         Extension(
