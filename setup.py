@@ -138,6 +138,7 @@ def _extensions() -> list[Extension]:
             [
                 "rlds_writer/store/writing/_batch_records.c",
                 "rlds_writer/store/writing/_ring_records.c",
+                "rlds_writer/store/writing/_ring_gather.c",
             ],
             depends=["rlds_writer/store/writing/_batch_records.h"],
             optional=True,

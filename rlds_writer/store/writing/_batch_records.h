@@ -1,5 +1,6 @@
-/* What the batch recorder's two C files share (_batch_records.c, _ring_records.c):
- * SSE4.2's presence, protobuf varints, the masked CRC-32C of TFRecord frames, index checks.
+/* What the batch recorder's C files share (_batch_records.c, _ring_records.c,
+ * _ring_gather.c): SSE4.2's presence, protobuf varints, the masked CRC-32C of TFRecord
+ * frames, index checks.
  */
 #ifndef RLDS_BATCH_RECORDS_H
 #define RLDS_BATCH_RECORDS_H
@@ -112,10 +113,15 @@ put_entry(unsigned char *p, const unsigned char *key, Py_ssize_t key_len, unsign
     return put_varint(p, payload);
 }
 
-/* _ring_records.c: encode_ring (see there). */
+/* The module's functions (described in _batch_records.c) defined in other files:
+ * _ring_records.c encode_ring, _ring_gather.c gather and plan. */
 __attribute__((visibility("hidden"))) PyObject *encode_ring(PyObject *module,
                                                             PyObject *const *args,
                                                             Py_ssize_t nargs);
+__attribute__((visibility("hidden"))) PyObject *gather(PyObject *module, PyObject *const *args,
+                                                       Py_ssize_t nargs);
+__attribute__((visibility("hidden"))) PyObject *plan(PyObject *module, PyObject *const *args,
+                                                     Py_ssize_t nargs);
 
 #endif /* HAVE_SSE42 */
 #endif /* RLDS_BATCH_RECORDS_H */
