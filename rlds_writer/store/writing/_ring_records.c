@@ -20,7 +20,10 @@
  *     from row starts[j] (modulo L), counts[j] + 1 steps. Records of every batch, in
  *     order, end to end; starts and lengths as int64 bytes, as `encode` returns them.
  *
- * Both passes (the lengths, then the bytes) run without the GIL: the env thread steps on.
+ * One pass over the episodes (each one's lengths, then its bytes, its rows read while
+ * they are in the cache: rows N apart, a cache line each, asked for one episode ahead)
+ * into a buffer as long as the records can be, cut to their length after; without the
+ * GIL: the env thread steps on.
  */
 #include "_batch_records.h"
 
@@ -98,6 +101,55 @@ episode_rows(const RingField *f, const Batch *b, Py_ssize_t j, const char **rows
     }
 }
 
+/* Episode j's ring rows of every field asked for ahead: a row a cache line, rows N apart
+ * (the hardware prefetches no such stride), read once the previous episode is written. */
+static void
+prefetch_episode(const RingField *fields, Py_ssize_t num_fields, const Batch *b, Py_ssize_t j)
+{
+    if (j >= b->count) {
+        return;
+    }
+    const int64_t *env = b->index[0].buf, *start = b->index[1].buf, *n = b->index[2].buf;
+    for (Py_ssize_t i = 0; i < num_fields; i++) {
+        const RingField *f = &fields[i];
+        if (f->kind != 2) {
+            continue;
+        }
+        const char *column = (const char *)f->ring.buf + env[j] * f->row;
+        Py_ssize_t stride = f->num_envs * f->row;
+        int64_t r = start[j] % f->size;
+        for (int64_t k = 0; k < n[j]; k++) {
+            __builtin_prefetch(column + r * stride);
+            if (++r == f->size) {
+                r = 0;
+            }
+        }
+    }
+}
+
+/* The most bytes a record of `steps` steps takes (each varint at its longest). */
+static int64_t
+record_bound(const RingField *fields, Py_ssize_t num_fields, const int64_t *constant_len,
+             int64_t steps)
+{
+    int64_t example = 0, body;
+    for (Py_ssize_t i = 0; i < num_fields; i++) {
+        const RingField *f = &fields[i];
+        if (f->kind == 0) {
+            example += constant_len[i];
+            continue;
+        }
+        int64_t most = f->kind == 1                       ? 1
+                       : f->src == 'f' || f->src == 'd'   ? 4
+                       : f->src == 'B'                    ? 2
+                       : f->src == 'H'                    ? 3
+                       : f->src == 'I'                    ? 5
+                                                          : 10;
+        example += entry_len(f->key_len, steps * (f->kind == 1 ? 1 : f->elems) * most, &body);
+    }
+    return 12 + 1 + varint_len(example) + example + 4;
+}
+
 static int64_t
 payload_len(const RingField *f, const char **rows, int64_t steps)
 {
@@ -116,6 +168,11 @@ payload_len(const RingField *f, const char **rows, int64_t steps)
     return payload;
 }
 
+#define COPY_ROWS(width)                                                                    \
+    for (int64_t k = 0; k < steps; k++, p += (width)) {                                     \
+        memcpy(p, rows[k], (width));                                                        \
+    }
+
 static unsigned char *
 put_payload(unsigned char *p, const RingField *f, const char **rows, int64_t steps, int64_t reason)
 {
@@ -128,12 +185,18 @@ put_payload(unsigned char *p, const RingField *f, const char **rows, int64_t ste
         }
         return p + steps;
     }
+    if (f->src == 'f') { /* fixed sizes copy inline (a call per row otherwise) */
+        switch (f->row) {
+        case 4: COPY_ROWS(4); return p;
+        case 8: COPY_ROWS(8); return p;
+        case 12: COPY_ROWS(12); return p;
+        case 16: COPY_ROWS(16); return p;
+        default: COPY_ROWS(f->row); return p;
+        }
+    }
     for (int64_t k = 0; k < steps; k++) {
         const char *row = rows[k];
-        if (f->src == 'f') {
-            memcpy(p, row, f->row);
-            p += f->row;
-        } else if (f->src == 'd') {
+        if (f->src == 'd') {
             for (Py_ssize_t e = 0; e < f->elems; e++) {
                 float v = (float)((const double *)row)[e];
                 memcpy(p, &v, 4);
@@ -322,7 +385,7 @@ encode_ring(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Batch *batches = PyMem_Calloc(num_batches ? num_batches : 1, sizeof(Batch));
     const unsigned char **cptr = PyMem_Calloc(num_reasons * num_fields + 1, sizeof(char *));
     int64_t *clen = PyMem_Calloc(num_reasons * num_fields + 1, sizeof(int64_t));
-    int64_t *sizes = NULL, *record_start = NULL, *data_len = NULL, *example_len = NULL;
+    int64_t *sizes = NULL, *record_start = NULL, *data_len = NULL;
     const char **rows = NULL;
     PyObject *buffer = NULL, *result = NULL;
     if (fields == NULL || batches == NULL || cptr == NULL || clen == NULL) {
@@ -348,99 +411,88 @@ encode_ring(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     Py_ssize_t count = 0;
-    int64_t most = 1;
+    int64_t most = 1, bound = 0;
     for (Py_ssize_t b = 0; b < num_batches; b++) {
         Batch *batch = &batches[b];
         if (parse_batch(PySequence_Fast_GET_ITEM(batches_seq, b), batch) < 0 ||
             check(fields, num_fields, batch, num_reasons) < 0) {
             goto done;
         }
-        const int64_t *n = batch->index[2].buf;
+        const int64_t *n = batch->index[2].buf, *reason = batch->index[3].buf;
         for (Py_ssize_t j = 0; j < batch->count; j++) {
             most = n[j] + 1 > most ? n[j] + 1 : most;
+            bound += record_bound(fields, num_fields, clen + reason[j] * num_fields, n[j] + 1);
         }
         count += batch->count;
     }
-    sizes = PyMem_Malloc(sizeof(int64_t) * (count * num_fields + 1));
     record_start = PyMem_Malloc(sizeof(int64_t) * (count + 1));
     data_len = PyMem_Malloc(sizeof(int64_t) * (count + 1));
-    example_len = PyMem_Malloc(sizeof(int64_t) * (count + 1));
-    rows = PyMem_Malloc(sizeof(char *) * most);
-    if (!sizes || !record_start || !data_len || !example_len || !rows) {
+    sizes = PyMem_Malloc(sizeof(int64_t) * (num_fields + 1));
+    rows = PyMem_Malloc(sizeof(char *) * most * (num_fields + 1));
+    if (!sizes || !record_start || !data_len || !rows) {
         PyErr_NoMemory();
         goto done;
     }
-    int64_t total = 0;
-    /* Pass 1: each field's payload length per record, and the records' lengths. */
-    Py_BEGIN_ALLOW_THREADS
-    Py_ssize_t e = 0;
-    for (Py_ssize_t b = 0; b < num_batches; b++) {
-        const Batch *batch = &batches[b];
-        const int64_t *n = batch->index[2].buf, *reason = batch->index[3].buf;
-        for (Py_ssize_t j = 0; j < batch->count; j++, e++) {
-            int64_t example = 0, body;
-            for (Py_ssize_t i = 0; i < num_fields; i++) {
-                const RingField *f = &fields[i];
-                int64_t payload;
-                if (f->kind == 0) {
-                    payload = clen[reason[j] * num_fields + i];
-                    example += payload;
-                } else {
-                    if (f->kind == 2 && f->src != 'f' && f->src != 'd') {
-                        episode_rows(f, batch, j, rows);
-                    }
-                    payload = payload_len(f, rows, n[j] + 1);
-                    example += entry_len(f->key_len, payload, &body);
-                }
-                sizes[e * num_fields + i] = payload;
-            }
-            example_len[e] = example;
-            data_len[e] = 1 + varint_len(example) + example;
-            record_start[e] = total;
-            total += 12 + data_len[e] + 4;
-        }
-    }
-    Py_END_ALLOW_THREADS
-    buffer = PyByteArray_FromStringAndSize(NULL, total);
+    /* At most `bound` bytes (varints at their longest), cut to the length written: one
+     * pass, each episode's rows read while they are in the cache. */
+    buffer = PyByteArray_FromStringAndSize(NULL, bound);
     if (buffer == NULL) {
         goto done;
     }
     unsigned char *base = (unsigned char *)PyByteArray_AS_STRING(buffer);
-    /* Pass 2: the records. */
+    int64_t total = 0;
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t e = 0;
     for (Py_ssize_t b = 0; b < num_batches; b++) {
         const Batch *batch = &batches[b];
         const int64_t *n = batch->index[2].buf, *reason = batch->index[3].buf;
+        prefetch_episode(fields, num_fields, batch, 0);
         for (Py_ssize_t j = 0; j < batch->count; j++, e++) {
-            unsigned char *record = base + record_start[e];
+            prefetch_episode(fields, num_fields, batch, j + 1);
+            int64_t steps = n[j] + 1, example = 0, body;
+            const int64_t *constant_len = clen + reason[j] * num_fields;
+            for (Py_ssize_t i = 0; i < num_fields; i++) {
+                const RingField *f = &fields[i];
+                if (f->kind == 0) {
+                    example += sizes[i] = constant_len[i];
+                    continue;
+                }
+                if (f->kind == 2) {
+                    episode_rows(f, batch, j, rows + i * most);
+                }
+                sizes[i] = payload_len(f, rows + i * most, steps);
+                example += entry_len(f->key_len, sizes[i], &body);
+            }
+            unsigned char *record = base + total;
             unsigned char *p = record + 12, *data = p;
+            data_len[e] = 1 + varint_len(example) + example;
+            record_start[e] = total;
+            total += 12 + data_len[e] + 4;
             uint64_t length = (uint64_t)data_len[e];
             memcpy(record, &length, 8); /* little-endian (x86-64) */
             uint32_t length_crc = masked_crc(record, 8);
             memcpy(record + 8, &length_crc, 4);
             *p++ = 0x0a;
-            p = put_varint(p, example_len[e]);
+            p = put_varint(p, example);
             for (Py_ssize_t i = 0; i < num_fields; i++) {
                 const RingField *f = &fields[i];
-                int64_t payload = sizes[e * num_fields + i], body;
                 if (f->kind == 0) {
-                    memcpy(p, cptr[reason[j] * num_fields + i], payload);
-                    p += payload;
+                    memcpy(p, cptr[reason[j] * num_fields + i], sizes[i]);
+                    p += sizes[i];
                     continue;
                 }
-                entry_len(f->key_len, payload, &body);
-                p = put_entry(p, f->key, f->key_len, f->tag, payload, body);
-                if (f->kind == 2) {
-                    episode_rows(f, batch, j, rows);
-                }
-                p = put_payload(p, f, rows, n[j] + 1, reason[j]);
+                entry_len(f->key_len, sizes[i], &body);
+                p = put_entry(p, f->key, f->key_len, f->tag, sizes[i], body);
+                p = put_payload(p, f, rows + i * most, steps, reason[j]);
             }
             uint32_t data_crc = masked_crc(data, p - data);
             memcpy(p, &data_crc, 4);
         }
     }
     Py_END_ALLOW_THREADS
+    if (PyByteArray_Resize(buffer, total) < 0) {
+        goto done;
+    }
     PyObject *starts_bytes = PyBytes_FromStringAndSize((const char *)record_start,
                                                        sizeof(int64_t) * count);
     PyObject *lengths_bytes = PyBytes_FromStringAndSize((const char *)data_len,
@@ -455,7 +507,6 @@ done:
     PyMem_Free(sizes);
     PyMem_Free(record_start);
     PyMem_Free(data_len);
-    PyMem_Free(example_len);
     PyMem_Free(rows);
     PyMem_Free(cptr);
     PyMem_Free(clen);
