@@ -60,7 +60,9 @@ ROWS = ("episodes", "transitions")
 # Read tasks hold whole episodes: at least this many bytes each, unless the
 # caller asks for smaller ones (many small tasks cost more to schedule than to read).
 _MIN_TASK_BYTES = 1 << 20
-_BLOCK_BYTES = 8 << 20  # blocks stream to the consumer while the task reads on
+# Blocks stream to the consumer while the task reads on; a consumer that
+# iterates small batches from many blocks pays per block (`block_bytes`).
+_BLOCK_BYTES = 8 << 20
 _TRANSITION_COLUMNS = ("observation", "action", "reward", "discount", "next_observation")
 _ALWAYS = ("steps/is_last", "steps/is_terminal")
 # Ray Data's column of nulls that carries the row count of a block with no columns.
@@ -97,6 +99,9 @@ class RLDSDatasource(Datasource):
       fields: with a `rows` function, the fields it needs decoded (None: all).
       names: columns renamed as the blocks are made, `{ours: theirs}` (for a
         consumer's schema, e.g. RLlib's `obs`; no extra pass over the data).
+      block_bytes: a read task yields a block each time its rows reach this
+        many bytes in memory (and at its end): smaller blocks reach the
+        consumer sooner, larger ones cost it less per row.
     """
 
     def __init__(
@@ -112,6 +117,7 @@ class RLDSDatasource(Datasource):
         on_corrupt: str = "raise",
         fields: Sequence[str] | None = None,
         names: Mapping[str, str] | None = None,
+        block_bytes: int = _BLOCK_BYTES,
     ):
         super().__init__()
         if not callable(rows) and rows not in ROWS:
@@ -123,6 +129,8 @@ class RLDSDatasource(Datasource):
             raise ValueError(f"cut_short must be one of {CUT_SHORT_MODES}, got {cut_short!r}")
         if bytes_per_task < 1:
             raise ValueError(f"bytes_per_task must be >= 1, got {bytes_per_task}")
+        if block_bytes < 1:
+            raise ValueError(f"block_bytes must be >= 1, got {block_bytes}")
         self.dataset = open_handle(source)
         # Checks the split spec and the options on the driver, before any task runs
         # (from the JSON files alone: no shard is opened).
@@ -135,6 +143,7 @@ class RLDSDatasource(Datasource):
         self.columns = None if columns is None else list(columns)
         self.cut_short = cut_short
         self.bytes_per_task = bytes_per_task
+        self.block_bytes = block_bytes
         self.verify_checksums = verify_checksums
         self.on_corrupt = on_corrupt
         self.fields = None if fields is None else list(fields)
@@ -251,6 +260,10 @@ class RLDSDatasource(Datasource):
             tasks.append(ReadTask(read, metadata, per_task_row_limit=per_task_row_limit))
         return tasks
 
+    def num_tasks(self) -> int:
+        """The read tasks of at most `bytes_per_task` bytes the selection makes (no I/O)."""
+        return sum(1 for _ in self._groups(self.bytes_per_task))
+
     def _groups(self, target: int) -> Iterator[tuple[list[Segment], int, int]]:
         """Runs of episodes of about `target` bytes: (segments, first episode index, bytes)."""
         group: list[Segment] = []
@@ -304,6 +317,7 @@ class _TaskRead:
         self.columns = ["episode_index"] if self.count_only else columns
         self.fields = fields
         self.names = source.names
+        self.block_bytes = source.block_bytes
 
     def __call__(self) -> Iterator[Any]:
         reader = DatasetReader(
@@ -321,7 +335,7 @@ class _TaskRead:
                 for name, chunk in self._columns(episode, index):
                     pending.setdefault(name, []).append(chunk)
                     size += _nbytes(chunk)
-                if size >= _BLOCK_BYTES:
+                if size >= self.block_bytes:
                     yield self._block(pending)
                     pending, size = {}, 0
             if pending:
@@ -423,6 +437,7 @@ def read_rlds(
     verify_checksums: bool = True,
     on_corrupt: str = "raise",
     names: Mapping[str, str] | None = None,
+    block_bytes: int = _BLOCK_BYTES,
     **read_args: Any,
 ) -> ray.data.Dataset:
     """Reads an RLDS dataset into a `ray.data.Dataset` (see the module doc).
@@ -439,6 +454,7 @@ def read_rlds(
       verify_checksums: check each record's CRC.
       on_corrupt: `"raise"` or `"skip"`.
       names: output columns renamed, `{ours: theirs}`.
+      block_bytes: the bytes in memory at which a read task yields a block.
       **read_args: passed to `ray.data.read_datasource` (`concurrency`,
         `num_cpus`, `override_num_blocks`, `ray_remote_args`, ...).
 
@@ -455,5 +471,6 @@ def read_rlds(
         verify_checksums=verify_checksums,
         on_corrupt=on_corrupt,
         names=names,
+        block_bytes=block_bytes,
     )
     return ray.data.read_datasource(source, **read_args)

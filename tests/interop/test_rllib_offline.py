@@ -209,6 +209,23 @@ def test_bc_from_rlds_learns_the_recorded_action_reading_each_transition_once_an
     assert after > before + 0.05, (before, after)
 
 
+def test_the_learner_gets_few_large_blocks_holding_each_transition_once(source, ray_session):
+    from ray.rllib.algorithms.bc import BCConfig
+
+    # The learner pays per block it iterates: the read makes at most one task per
+    # CPU here, unsplit (Ray's default read parallelism cuts these rows into 4+).
+    ds = offline.read_for_rllib(offline.offline_config(BCConfig(), source)).materialize()
+    assert ds.num_blocks() <= int(ray.cluster_resources()["CPU"])
+    arrays = rlds_writer.open_dataset(source).episodes("train").qlearning_dataset()
+    rows = sorted(ds.take_all(), key=lambda r: (r["eps_id"], r["t"]))
+    assert [(r["eps_id"], r["t"]) for r in rows] == [
+        (t["episode_ids"], t["step"]) for t in _transitions(source)
+    ]
+    assert np.array_equal(np.stack([r["obs"] for r in rows]), arrays["observations"])
+    assert np.array_equal(np.stack([r["new_obs"] for r in rows]), arrays["next_observations"])
+    assert [r["actions"] for r in rows] == arrays["actions"].tolist()
+
+
 def _transitions(path):
     """(episode index, step) of every transition, from the TF-free reader."""
     arrays = rlds_writer.open_dataset(path).episodes("train").qlearning_dataset()

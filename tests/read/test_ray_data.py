@@ -74,6 +74,13 @@ def test_read_tasks_hold_whole_episodes_sized_by_bytes(cameras):
         for block in task():
             indices.extend(block.column("episode_index").to_pylist())
     assert indices == list(range(9))
+    assert source.num_tasks() == len(tasks)
+    # A task yields a block each time its rows reach block_bytes, and at its end.
+    many = ray_data.RLDSDatasource(cameras, "train[2:5]", bytes_per_task=1 << 30, block_bytes=1)
+    (task,) = many.get_read_tasks(parallelism=1)
+    assert [block.num_rows for block in task()] == [1, 1, 1]
+    (task,) = ray_data.RLDSDatasource(cameras, "train[2:5]").get_read_tasks(parallelism=1)
+    assert [block.num_rows for block in task()] == [3]
 
 
 def test_transition_rows_follow_the_transition_rules(ray_session, cameras):
@@ -146,6 +153,8 @@ def test_a_bad_split_or_option_fails_on_the_driver(cameras):
         ray_data.RLDSDatasource(cameras, "valid")
     with pytest.raises(ValueError, match="rows must be one of"):
         ray_data.RLDSDatasource(cameras, rows="steps")
+    with pytest.raises(ValueError, match="block_bytes must be >= 1"):
+        ray_data.RLDSDatasource(cameras, block_bytes=0)
 
 
 def test_workers_read_the_bucket_and_the_driver_only_the_listing(

@@ -31,8 +31,12 @@ offline data), several `input_` paths, and `input_filesystem` (the storage
 seam reaches `s3://`/`gs://` itself, configured by the environment).
 
 `input_read_method_kwargs` takes `read_rlds`'s options (`split`,
-`cut_short`, `bytes_per_task`, `verify_checksums`, `on_corrupt`) and
-`ray.data.read_datasource`'s (`concurrency`, `num_cpus`, ...).
+`cut_short`, `bytes_per_task`, `block_bytes`, `verify_checksums`,
+`on_corrupt`) and `ray.data.read_datasource`'s (`concurrency`, `num_cpus`,
+`override_num_blocks`, ...). Transition rows are read in tasks of up to 64 MB
+on disk, one per CPU at least, yielding blocks of up to Ray's target block
+size (128 MiB): the learner pays per block it iterates, so it gets a few
+large ones, not the ~1 MB pieces Ray's default read parallelism makes.
 `offline_config(config, path, ...)` sets all of it, and the spaces from the
 dataset, in one call::
 
@@ -50,6 +54,7 @@ from typing import Any
 from rlds_writer.errors import SpecError, import_optional, optional_dependencies
 
 with optional_dependencies("rlds_writer.interop.formats.rllib.offline (RLlib offline training)"):
+    import ray.data
     from ray.rllib.core.columns import Columns
     from ray.rllib.offline.offline_data import OfflineData
     from ray.rllib.offline.offline_prelearner import SCHEMA
@@ -62,7 +67,21 @@ __all__ = ["SCHEMAS", "RLDSOfflineData", "offline_config"]
 
 SCHEMAS = ("columns", "episodes")
 # read_rlds's own options among input_read_method_kwargs; the rest go to Ray Data.
-_READ_OPTIONS = ("split", "cut_short", "bytes_per_task", "verify_checksums", "on_corrupt")
+_READ_OPTIONS = (
+    "split",
+    "cut_short",
+    "bytes_per_task",
+    "block_bytes",
+    "verify_checksums",
+    "on_corrupt",
+)
+# The learner iterates its batches from the pre-learner's output, whose blocks
+# are the read's: every block costs it a fetch, and a batch across two a copy.
+# So transition rows are read in large tasks (on disk) yielding large blocks
+# (in memory, Ray's own target size), not in the ~1 MB pieces Ray's default
+# parallelism would cut them to (measured: 1.2 -> 0.6 ms of the driver's CPU
+# per 1024-row batch, benchmarks/REPORT.md).
+_TASK_BYTES = 64 << 20
 # Transition columns -> RLlib's column names (before `input_read_schema`).
 _COLUMNS = {
     "episode_index": Columns.EPS_ID,
@@ -151,7 +170,13 @@ def read_for_rllib(config: Any, observation_space: Any = None, action_space: Any
     kwargs = dict(config.input_read_method_kwargs or {})
     options = {k: kwargs.pop(k) for k in _READ_OPTIONS if k in kwargs}
     if not config.input_read_episodes:
-        source = RLDSDatasource(path, options.get("split", "train"), rows="transitions")
+        schema = SCHEMA | dict(config.input_read_schema or {})
+        names = {ours: schema[theirs] for ours, theirs in _COLUMNS.items()}
+        options.setdefault("bytes_per_task", _TASK_BYTES)
+        options.setdefault("block_bytes", _block_bytes())
+        source = RLDSDatasource(
+            path, rows="transitions", columns=list(names), names=names, **options
+        )
         for field in ("observation", "action"):
             leaves = [
                 leaf.key
@@ -164,11 +189,11 @@ def read_for_rllib(config: Any, observation_space: Any = None, action_space: Any
                     "in RLlib's column schema; read episodes instead "
                     "(input_read_episodes=True)"
                 )
-        schema = SCHEMA | dict(config.input_read_schema or {})
-        names = {ours: schema[theirs] for ours, theirs in _COLUMNS.items()}
-        return read_rlds(
-            path, rows="transitions", columns=list(names), names=names, **options, **kwargs
-        )
+        if "override_num_blocks" not in kwargs and "parallelism" not in kwargs:
+            # As many tasks as that size makes (Ray would split them to ~1 MB blocks
+            # otherwise), or one per CPU, so that every node reads.
+            kwargs["override_num_blocks"] = max(source.num_tasks(), _cluster_cpus())
+        return ray.data.read_datasource(source, **kwargs)
     _need_msgpack()
     from rlds_writer.interop.export_spaces import export_spaces
     from rlds_writer.read.reader import open_dataset
@@ -181,6 +206,19 @@ def read_for_rllib(config: Any, observation_space: Any = None, action_space: Any
         reader.name, observation_space, action_space, options.get("cut_short", "truncated")
     )
     return read_rlds(path, rows=items, **options, **kwargs)
+
+
+def _block_bytes() -> int:
+    """Ray Data's target block size (128 MiB unless the user's `DataContext` says)."""
+    return int(ray.data.DataContext.get_current().target_max_block_size or 128 << 20)
+
+
+def _cluster_cpus() -> int:
+    import ray
+
+    if not ray.is_initialized():
+        return 1
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
 def _read_cpus(read_kwargs: Mapping[str, Any]) -> float:
