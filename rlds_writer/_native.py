@@ -31,7 +31,7 @@ _log = logging.getLogger(__name__)
 # Module -> the ABI its Python callers were written for (its source's RLDS_ABI).
 ABI = {
     "rlds_writer.record._step_kernel": 1,
-    "rlds_writer.record.batch._vector_step": 2,
+    "rlds_writer.record.batch._vector_step": 3,
     "rlds_writer.store.formats.tfrecord._crc32c": 1,
     "rlds_writer.store.formats.tfrecord._zero_ahead": 1,
     "rlds_writer.store.features._float_bits": 1,

@@ -15,7 +15,7 @@
  *     1. every value (a numpy array per column, in the columns' order; None for
  *        the discount) is checked: shape (N, *row shape) and the column's dtype or
  *        one numpy casts to it by `same_kind`; `terminated`/`truncated` bool [N];
- *        no pending sub-env with an open episode. Anything else returns None
+ *        every sub-env either pending or in an episode. Anything else returns None
  *        before a byte is written: the caller takes the general (numpy) path,
  *        which gives the same records or refuses the value by its field's name.
  *     2. writes each value into its column's row `row` (a memcpy, a strided copy,
@@ -43,8 +43,9 @@
  * rlds_writer/_native.py's ABI with it, whenever that changes (a function's
  * arguments, a method, a constant). A build of other sources is then refused
  * at import (its Python path runs instead) rather than called wrongly.
- * 2: step returns (total, oldest, apart, plan). */
-#define RLDS_ABI 2
+ * 2: step returns (total, oldest, apart, plan); 3: a sub-env neither pending nor in
+ * an episode sends the step the general way. */
+#define RLDS_ABI 3
 
 static PyArrayObject *
 c_array(PyObject *obj, int type_num, npy_intp count, const char *name)
@@ -216,8 +217,10 @@ vs_step(VectorStep *self, PyObject *const *args, Py_ssize_t nargs)
     unsigned char *open = self->open, *pending = self->pending;
     if (pending != NULL) {
         for (Py_ssize_t i = 0; i < n; i++) {
-            if (pending[i] & open[i]) {
-                Py_RETURN_NONE; /* begin() would cut it short first: the general path */
+            if (pending[i] == open[i]) {
+                /* Pending with an episode open (begin() would cut it short first), or
+                 * neither (its own rules decide): the general path. */
+                Py_RETURN_NONE;
             }
         }
     }

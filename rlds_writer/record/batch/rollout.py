@@ -33,6 +33,7 @@ import numpy as np
 
 from rlds_writer.errors import StepValueError
 from rlds_writer.record import spaces as spaces_lib
+from rlds_writer.record.batch import vector_step
 from rlds_writer.record.batch.arrays import host_array, host_batch
 from rlds_writer.record.batch.core import BatchRecorder
 from rlds_writer.record.config import recording_config
@@ -140,6 +141,7 @@ class RolloutRecorder:
         self._writer_kwargs = writer_kwargs
         self.core: BatchRecorder | None = None
         self._pending: np.ndarray | None = None  # next_step: reset by the next step
+        self._fast: vector_step.VectorSteps | None = None
         self._closed = False
 
     def write(
@@ -223,6 +225,9 @@ class RolloutRecorder:
             first_meta = _host(first_step_metadata, "steps") if first_step_metadata else None
             self.core.begin(_host(first_observation, "steps/observation"), first_meta)
             self._pending = np.zeros(self.core.num_envs, np.bool_)
+            pending = self._pending if self.autoreset == NEXT_STEP else None
+            # The usual step in one C call (`vector_step.py`), its discount given.
+            self._fast = vector_step.make(self.core, pending, vector_step.GIVEN)
         elif first_observation is not None:
             raise StepValueError(
                 "first_observation",
@@ -257,6 +262,15 @@ class RolloutRecorder:
         row_obs = _where(done, _at(finals, t), obs_t) if any_done and finals is not None else obs_t
         if self.autoreset == NEXT_STEP:
             row_obs = obs_t
+        fast = self._fast
+        if fast is not None:
+            discount = None if discounts is None else discounts[t]
+            ends = fast.step(_at(actions, t), rewards[t], row_obs, meta_t, terms[t], done, discount)
+            if ends is not None:
+                fast.finish(ends)
+                if self.autoreset == SAME_STEP and any_done:
+                    core.begin(obs_t, meta_t, done)
+                return
         core.add(
             _at(actions, t),
             rewards[t],
@@ -272,7 +286,7 @@ class RolloutRecorder:
         else:
             if self._pending.any():
                 core.begin(obs_t, meta_t, self._pending)
-            self._pending = done & ~self._pending
+            self._pending[:] = done & ~self._pending  # in place: the C step holds it
 
     def _make_core(self, obs: Any, actions: Any, meta: Any) -> BatchRecorder:
         num_envs = _first_leaf(obs).shape[1]

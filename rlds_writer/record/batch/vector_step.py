@@ -32,10 +32,13 @@ if TYPE_CHECKING:
 # the general path.
 native = _native.load("rlds_writer.record.batch._vector_step")
 
+GIVEN = "given"  # `make`'s discount: a batch of its own at each step
 _METADATA = "metadata"  # core.METADATA (core imports this module's users, not this module)
 
 
-def make(core: BatchRecorder, pending: np.ndarray | None, discount: bool) -> VectorSteps | None:
+def make(
+    core: BatchRecorder, pending: np.ndarray | None, discount: bool | str
+) -> VectorSteps | None:
     """The C step of `core`'s usual vector steps, or None where it does not apply.
 
     Args:
@@ -43,7 +46,8 @@ def make(core: BatchRecorder, pending: np.ndarray | None, discount: bool) -> Vec
       pending: next-step autoreset's sub-envs reset by the next step (bool
         [N], updated in place: the C step begins them and sets the ended ones),
         or None (the other modes).
-      discount: the caller records a discount of `1 - terminated`.
+      discount: True: the caller records a discount of `1 - terminated`;
+        `GIVEN`: it gives the discount batch (`step(..., discount=)`).
     """
     if native is None or not core._plan_ends or core._frames is not None:
         return None
@@ -56,7 +60,7 @@ def make(core: BatchRecorder, pending: np.ndarray | None, discount: bool) -> Vec
             sources[field.key] = (group, path)
     discount_index = -1
     keys = [f.key for f in ring.fields]
-    if DISCOUNT in core._groups:
+    if DISCOUNT in core._groups and discount != GIVEN:
         leaves = core._groups[DISCOUNT]
         key = leaves[0][1].key
         if not discount or len(leaves) != 1 or leaves[0][0]:
@@ -103,6 +107,7 @@ class VectorSteps:
         metadata: Any,
         terminated: Any,
         truncated: Any,
+        discount: Any = None,
     ) -> tuple[Any, ...] | None:
         """Writes the step's rows, begins and ends episodes; None: take the general path.
 
@@ -112,7 +117,13 @@ class VectorSteps:
         """
         if self._core._closed:
             return None
-        by_group = {OBSERVATION: observation, ACTION: action, REWARD: reward, _METADATA: metadata}
+        by_group = {
+            OBSERVATION: observation,
+            ACTION: action,
+            REWARD: reward,
+            DISCOUNT: discount,
+            _METADATA: metadata,
+        }
         if self._plain:
             values = tuple(None if s is None else by_group[s[0]] for s in self._sources)
         else:

@@ -87,3 +87,56 @@ def test_the_c_step_records_the_bytes_of_the_numpy_path(tmp_path, monkeypatch, m
     want = records(tmp_path / "numpy")
     assert sum(want.values()) >= 20
     assert records(tmp_path / "c") == want
+
+
+@pytest.mark.parametrize("autoreset", ["same_step", "next_step"])
+def test_rollouts_take_the_c_step_with_the_bytes_of_the_numpy_path(
+    tmp_path, monkeypatch, autoreset
+):
+    if vector_step.native is None:
+        pytest.skip("the _vector_step extension is not built here")
+    from rlds_writer.record.batch.rollout import RolloutRecorder
+
+    rng = np.random.default_rng(1)
+    steps, n = 40, 6
+    done = rng.random((steps, n)) < 0.25
+    done[:, 0] = False
+    done[35, 0] = True  # sub-env 0's episode outgrows the small ring: spilled, ended apart
+    terms = done & (rng.random((steps, n)) < 0.5)
+    rollout = {
+        "observation": rng.standard_normal((steps, n, 3)).astype(np.float32),
+        "final_observation": rng.standard_normal((steps, n, 3)).astype(np.float32),
+        "action": rng.integers(0, 4, (steps, n)),
+        "reward": rng.standard_normal((steps, n)),  # float64, cast into float32
+        "discount": rng.random((steps, n)).astype(np.float32),  # given, not 1 - terminated
+        "terminated": terms,
+        "truncated": done & ~terms,
+        "step_metadata": {"t": rng.integers(0, 9, (steps, n))},
+    }
+    first = {
+        "first_observation": rng.standard_normal((n, 3)).astype(np.float32),
+        "first_step_metadata": {"t": np.zeros(n, np.int64)},
+    }
+
+    def half(lo, hi):
+        return {
+            k: ({"t": v["t"][lo:hi]} if isinstance(v, dict) else v[lo:hi])
+            for k, v in rollout.items()
+        }
+
+    adds = []
+    add = core.BatchRecorder.add
+    monkeypatch.setattr(core.BatchRecorder, "add", lambda *a, **k: adds.append(1) or add(*a, **k))
+    for name in ("c", "numpy"):
+        if name == "numpy":
+            monkeypatch.setattr(vector_step, "native", None)
+        with RolloutRecorder(
+            tmp_path / name, autoreset=autoreset, discount=True, ring_bytes=1024
+        ) as rec:
+            rec.write(**first, **half(0, 25))  # episodes go on across the calls
+            rec.write(**half(25, steps))
+        assert len(adds) == (0 if name == "c" else steps)
+        adds.clear()
+    want = records(tmp_path / "numpy")
+    assert sum(want.values()) >= 20
+    assert records(tmp_path / "c") == want
