@@ -86,11 +86,6 @@ class TimeRing:
         self.ring = {
             f.key: np.empty((self.size, num_envs, *f.spec.shape), f.spec.dtype) for f in fields
         }
-        for column in self.ring.values():
-            if not column.dtype.hasobject:
-                # Touched now, once: else the first pass over the ring faults in
-                # its pages on the env thread, a few per vector step.
-                column.fill(0)
         self.heads = {
             f.key: np.zeros((num_envs, *f.spec.shape), f.spec.dtype)
             for f in fields
