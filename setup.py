@@ -140,7 +140,10 @@ def _extensions() -> list[Extension]:
                 "rlds_writer/store/writing/_ring_records.c",
                 "rlds_writer/store/writing/_ring_gather.c",
             ],
-            depends=["rlds_writer/store/writing/_batch_records.h"],
+            depends=[
+                "rlds_writer/store/writing/_batch_records.h",
+                "rlds_writer/store/formats/tfrecord/_crc32c.h",
+            ],
             optional=True,
         ),
         Extension(

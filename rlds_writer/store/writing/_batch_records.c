@@ -33,12 +33,21 @@
  * records straight from the ring, without gather.
  *
  * gather and encode run without the GIL (the env thread and the writer thread overlap).
- * An optional extension: where it is not built, or the CPU has no SSE4.2
- * (module init raises ImportError), batch_records.py does the same in numpy.
+ * The records' masked CRC-32C is _crc32c's (its capsule, _crc32c.h): one implementation.
+ * An optional extension: where it is not built, the CPU has no SSE4.2 or _crc32c does not
+ * load (module init raises ImportError), batch_records.py does the same in numpy.
  */
 #include "_batch_records.h"
 
+/* What Python calls and reads of this module, versioned: bump it, and
+ * rlds_writer/_native.py's ABI with it, whenever that changes (a function's
+ * arguments, a method, a constant). A build of other sources is then refused
+ * at import (its Python path runs instead) rather than called wrongly. */
+#define RLDS_ABI 1
+
 #if HAVE_SSE42
+
+uint32_t (*masked_crc)(const unsigned char *p, size_t n);
 
 /* ------------------------------------------------------------------ encode */
 
@@ -352,7 +361,13 @@ PyInit__batch_records(void)
         PyErr_SetString(PyExc_ImportError, "_batch_records: this CPU has no SSE4.2");
         return NULL;
     }
-    return PyModule_Create(&module_def);
+    /* The records' checksums are _crc32c's: where it does not load, neither does this. */
+    const Crc32cApi *crc = crc32c_import();
+    if (crc == NULL) return NULL;
+    masked_crc = crc->masked;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m != NULL && PyModule_AddIntConstant(m, "ABI", RLDS_ABI) < 0) Py_CLEAR(m);
+    return m;
 #else
     PyErr_SetString(PyExc_ImportError, "_batch_records: built for a CPU without SSE4.2");
     return NULL;

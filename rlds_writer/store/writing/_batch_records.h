@@ -1,6 +1,6 @@
 /* What the batch recorder's C files share (_batch_records.c, _ring_records.c,
  * _ring_gather.c): SSE4.2's presence, protobuf varints, the masked CRC-32C of TFRecord
- * frames, index checks.
+ * frames (_crc32c's), index checks.
  */
 #ifndef RLDS_BATCH_RECORDS_H
 #define RLDS_BATCH_RECORDS_H
@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "../formats/tfrecord/_crc32c.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_SSE42 1
@@ -56,23 +58,10 @@ put_varint(unsigned char *p, uint64_t v)
     return p;
 }
 
-__attribute__((target("sse4.2"))) static inline uint32_t
-masked_crc(const unsigned char *p, size_t n)
-{
-    uint64_t c = 0xffffffffu;
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c = _mm_crc32_u64(c, v);
-        p += 8;
-        n -= 8;
-    }
-    while (n--) {
-        c = _mm_crc32_u8((uint32_t)c, *p++);
-    }
-    uint32_t crc = ~(uint32_t)c;
-    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
+/* TFRecord's masked CRC-32C of p[0:n]: `_crc32c`'s (store/formats/tfrecord/_crc32c.h),
+ * taken at module init; callable without the GIL. */
+__attribute__((visibility("hidden"))) extern uint32_t (*masked_crc)(const unsigned char *p,
+                                                                    size_t n);
 
 /* The length of a per-step field's whole map entry, its payload of `payload` bytes included. */
 static inline int64_t

@@ -26,15 +26,16 @@ from typing import Any
 
 import numpy as np
 
+from rlds_writer import _native
 from rlds_writer.store.features.features import FLOAT, INT
 from rlds_writer.store.features.field_encoding import _packed_head, entry_writer, map_entry_header
 from rlds_writer.store.features.field_specs import FieldSpec
 from rlds_writer.store.formats.tfrecord import tfrecord
 
-try:  # the optional extension: gather and encode in C, without the GIL
-    from rlds_writer.store.writing import _batch_records as native
-except ImportError:  # not built, or no SSE4.2: the same bytes from numpy
-    native = None
+# The optional extension: gather and encode in C, without the GIL. None where
+# it is not built, there is no SSE4.2, or it was built from other sources
+# (`_native.load` warns once): the same bytes from numpy.
+native = _native.load("rlds_writer.store.writing._batch_records")
 
 _FRAME = 12  # a TFRecord header: length, masked CRC of the length
 _FOOTER = 4
