@@ -30,6 +30,19 @@ def _defined_abi(sources: list[str]) -> int:
     return found[0]
 
 
+def test_no_c_source_or_header_is_over_500_lines():
+    # GUIDE.md: one concept per file, never over 500 lines (C as Python).
+    sizes = {
+        p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines())
+        for pattern in ("*.c", "*.h")
+        for p in (ROOT / "rlds_writer").rglob(pattern)
+    }
+    assert sizes and not {k: n for k, n in sizes.items() if n > 500}, (
+        "split these by concept into more sources of the same extension (setup.py): "
+        f"{ {k: n for k, n in sizes.items() if n > 500} }"
+    )
+
+
 def test_every_c_source_and_header_of_the_package_is_listed_in_setup_py():
     listed = {path for e in setup_py_extensions() for path in e.sources + e.headers}
     present = {
