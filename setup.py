@@ -139,9 +139,11 @@ def _extensions() -> list[Extension]:
                 "rlds_writer/store/writing/_batch_records.c",
                 "rlds_writer/store/writing/_ring_records.c",
                 "rlds_writer/store/writing/_ring_gather.c",
+                "rlds_writer/store/writing/_ring_args.c",
             ],
             depends=[
                 "rlds_writer/store/writing/_batch_records.h",
+                "rlds_writer/store/writing/_ring_records.h",
                 "rlds_writer/store/formats/tfrecord/_crc32c.h",
             ],
             optional=True,
