@@ -32,8 +32,8 @@ _log = logging.getLogger(__name__)
 ABI = {
     "rlds_writer.record._step_kernel": 1,
     "rlds_writer.record.batch._vector_step": 3,
-    "rlds_writer.store.formats.tfrecord._crc32c": 1,
-    "rlds_writer.store.formats.tfrecord._zero_ahead": 1,
+    "rlds_writer.store.formats.tfrecord._crc32c": 2,
+    "rlds_writer.store.formats.tfrecord._zero_ahead": 2,
     "rlds_writer.store.writing._batch_records": 1,
     "rlds_writer.store.features._float_bits": 1,
 }

@@ -112,6 +112,9 @@ def _slow_down_io(pause: float, report_fd: int) -> None:
     `os.replace` (the rename that commits dataset_info.json) reports
     `replace` and pauses first. The writer's own code runs unchanged around them.
     """
+    from rlds_writer.store.formats.tfrecord import write_ahead
+
+    write_ahead.WRITE_IN_C = False  # every record through `os.writev`, torn below
     real_writev = os.writev
     real_replace = os.replace
     torn = {"next": True}

@@ -62,7 +62,9 @@ class _SplitState:
         self.lengths = list(lengths)
         self.num_bytes = num_bytes
         self.shard: ShardWriter | None = None
-        self.episodes: list[int] = []  # the run's numbers of the open shard's episodes
+        # The run's numbers of the open shard's episodes, as consecutive runs
+        # (a batch's dozens of episodes are one `range`, not dozens of ints).
+        self.episodes: list[range] = []
         self.failed = 0  # shards whose upload failed: their names are not reused
 
     def committed(self) -> tuple[list[int], int]:
@@ -118,7 +120,7 @@ class SplitShards:
         state.shard.write(parts, length)
         state.shard.flush()
         self.appended += 1
-        state.episodes.append(self.appended)
+        state.episodes.append(range(self.appended, self.appended + 1))
 
     def room(self, split: str) -> int:
         """How many more episodes `split`'s open shard takes before it rotates."""
@@ -131,16 +133,20 @@ class SplitShards:
         record `j`'s frame at `starts[j]`, its data `lengths[j]` bytes; at most `room`."""
         state = self._open(split)
         shard = state.shard
-        view = memoryview(buffer)
-        if hasattr(shard, "write_framed"):  # TFRecord: the frames are the file's bytes
-            end = int(starts[-1]) + 12 + int(lengths[-1]) + 4
-            shard.write_framed(view[int(starts[0]) : end], len(starts), int(lengths.sum()))
+        count = len(starts)
+        first = int(starts[0])
+        end = int(starts[-1]) + 16 + int(lengths[-1])
+        write_framed = getattr(shard, "write_framed", None)
+        if write_framed is not None:  # TFRecord: the frames are the file's bytes
+            # Records end to end: the data is all but 16 framing bytes each.
+            write_framed(memoryview(buffer)[first:end], count, end - first - 16 * count)
         else:
+            view = memoryview(buffer)
             for start, n in zip(starts.tolist(), lengths.tolist()):
                 shard.write(view[start + 12 : start + 12 + n].tobytes(), n)
         shard.flush()
-        state.episodes.extend(range(self.appended + 1, self.appended + len(starts) + 1))
-        self.appended += len(starts)
+        state.episodes.append(range(self.appended + 1, self.appended + count + 1))
+        self.appended += count
 
     def _open(self, split: str) -> _SplitState:
         state = self._splits.get(split)
@@ -231,10 +237,11 @@ class SplitShards:
         state.lengths.append(shard.num_records)
         state.num_bytes += shard.num_bytes
 
-    def _close_shard(self, state: _SplitState, shard: ShardWriter, episodes: list[int]) -> None:
+    def _close_shard(self, state: _SplitState, shard: ShardWriter, episodes: list[range]) -> None:
         try:
             shard.close()
         except UploadFailedError as e:
             state.failed += 1
-            self.unsaved.append(UnsavedShard(state.name, e.path, e.kept, tuple(episodes)))
+            numbers = tuple(i for run in episodes for i in run)
+            self.unsaved.append(UnsavedShard(state.name, e.path, e.kept, numbers))
             raise

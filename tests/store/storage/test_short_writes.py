@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 import tensorflow_datasets as tfds
 from helpers_core import load_episodes
 
@@ -25,6 +26,14 @@ def _config(shape: tuple[int, ...]) -> rlds_writer.DatasetConfig:
         reward_info=np.float32,
         discount_info=np.float32,
     )
+
+
+@pytest.fixture(autouse=True)
+def _writes_through_os_writev(monkeypatch):
+    """Records through `os.writev` (not the extension's writes), replaced below."""
+    from rlds_writer.store.formats.tfrecord import write_ahead
+
+    monkeypatch.setattr(write_ahead, "WRITE_IN_C", False)
 
 
 def test_records_written_a_few_hundred_bytes_per_writev_load_whole(tmp_path, monkeypatch):

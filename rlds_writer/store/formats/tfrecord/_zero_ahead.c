@@ -24,16 +24,18 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* What Python calls and reads of this module, versioned: bump it, and
  * rlds_writer/_native.py's ABI with it, whenever that changes (a function's
  * arguments, a method, a constant). A build of other sources is then refused
  * at import (its Python path runs instead) rather than called wrongly. */
-#define RLDS_ABI 1
+#define RLDS_ABI 2
 
 #define MAX_WRITE (1 << 20) /* the most one pwrite writes */
 
@@ -176,6 +178,28 @@ static State *running(ZeroAhead *self) {
     return self->state;
 }
 
+/* Takes the state's mutex (the thread holds it while it writes zeros): at once
+ * when free, keeping the GIL (no hand-over to another thread for a lock taken
+ * in nanoseconds); else without the GIL, waiting for the pwrite in flight.
+ * Returns whether the GIL was let go (then `*save` holds the thread state and
+ * the caller owns a reference to `s`, released by `unlock_state`). */
+static int lock_state(State *s, PyThreadState **save) {
+    if (pthread_mutex_trylock(&s->mu) == 0) return 0;
+    __atomic_add_fetch(&s->owners, 1, __ATOMIC_ACQ_REL); /* a close() may come meanwhile */
+    *save = PyEval_SaveThread();
+    pthread_mutex_lock(&s->mu);
+    return 1;
+}
+
+static void unlock_state(State *s, int released, PyThreadState *save, int wake) {
+    pthread_mutex_unlock(&s->mu);
+    if (wake) pthread_cond_signal(&s->cv); /* after the unlock: it wakes to a free mutex */
+    if (released) {
+        release(s);
+        PyEval_RestoreThread(save);
+    }
+}
+
 static PyObject *ZeroAhead_advance(ZeroAhead *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "advance(end, to) takes 2 arguments");
@@ -203,21 +227,174 @@ static PyObject *ZeroAhead_advance(ZeroAhead *self, PyObject *const *args, Py_ss
     }
     int64_t done = __atomic_load_n(&s->done, __ATOMIC_ACQUIRE);
     if (end > done || wake) {
-        /* A record outran the zeros (it claims its bytes), or the thread sleeps
-         * (it is woken). Without the GIL another thread may close the object
-         * meanwhile: this call owns the state until it is done with it. */
-        __atomic_add_fetch(&s->owners, 1, __ATOMIC_ACQ_REL);
-        Py_BEGIN_ALLOW_THREADS
-        pthread_mutex_lock(&s->mu); /* waits for the pwrite in flight */
+        /* A record outran the zeros (it claims its bytes: the mutex waits for
+         * the pwrite in flight), or the thread sleeps (it is woken). */
+        PyThreadState *save = NULL;
+        int released = lock_state(s, &save);
         if (end > s->floor) s->floor = end;
         if (end > s->done) __atomic_store_n(&s->done, (int64_t)end, __ATOMIC_RELEASE);
         done = s->done;
-        if (wake) pthread_cond_signal(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-        release(s);
-        Py_END_ALLOW_THREADS
+        unlock_state(s, released, save, wake);
     }
     return PyLong_FromLongLong(done);
+}
+
+#define WRITE_PARTS 64
+#define KEEP_GIL_BYTES (256 << 10) /* a write this small keeps the GIL */
+#define WRITE_MOST (1 << 20)      /* larger: the caller's writev_all (1 MiB calls) */
+
+/* Writes iov[0..n) whole (resuming after short writes); 0, or errno. */
+static int write_fully(int fd, struct iovec *iov, int n) {
+    while (n > 0) {
+        ssize_t written = writev(fd, iov, n);
+        if (written < 0) {
+            if (errno == EINTR) continue;
+            return errno ? errno : EIO;
+        }
+        while (n > 0 && (size_t)written >= iov->iov_len) {
+            written -= (ssize_t)iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + written;
+            iov->iov_len -= (size_t)written;
+        }
+    }
+    return 0;
+}
+
+static PyObject *ZeroAhead_write(ZeroAhead *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "write(parts, end) takes 2 arguments");
+        return NULL;
+    }
+    long long end = PyLong_AsLongLong(args[1]);
+    if (end == -1 && PyErr_Occurred()) return NULL;
+    State *s = self->state;
+    if (s == NULL || self->pid != getpid()) Py_RETURN_FALSE; /* the caller writes it */
+    PyObject *seq = PySequence_Fast(args[0], "write(parts, end) takes a list of bytes-like parts");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > WRITE_PARTS) {
+        Py_DECREF(seq);
+        Py_RETURN_FALSE;
+    }
+    Py_buffer views[WRITE_PARTS];
+    struct iovec iov[WRITE_PARTS];
+    Py_ssize_t got = 0, total = 0;
+    PyObject *result = NULL;
+    for (; got < n; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &views[got], PyBUF_SIMPLE) < 0)
+            goto done;
+        iov[got].iov_base = views[got].buf;
+        iov[got].iov_len = (size_t)views[got].len;
+        total += views[got].len;
+    }
+    if (total > WRITE_MOST) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    /* With the mutex held the thread writes no zeros meanwhile: the record's
+     * write never waits on the file's lock behind a pwrite of zeros. */
+    PyThreadState *save = NULL;
+    int released;
+    if (total > KEEP_GIL_BYTES) {
+        __atomic_add_fetch(&s->owners, 1, __ATOMIC_ACQ_REL);
+        save = PyEval_SaveThread();
+        pthread_mutex_lock(&s->mu);
+        released = 1;
+    } else {
+        released = lock_state(s, &save);
+    }
+    /* The record claims its bytes (no zero is written below `end` after),
+     * whether or not the zeros reach it yet: no `advance` needed first. */
+    if (end > s->floor) s->floor = end;
+    if (end > s->done) __atomic_store_n(&s->done, (int64_t)end, __ATOMIC_RELEASE);
+    int error = write_fully(s->fd, iov, (int)n);
+    unlock_state(s, released, save, 0);
+    if (error) {
+        errno = error;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    result = Py_NewRef(Py_True);
+done:
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    Py_DECREF(seq);
+    return result;
+}
+
+#define IOV_BATCH 1024 /* IOV_MAX on Linux */
+
+/* write_all(fd, parts): storage.writev_all without Python per part (a record
+ * of camera frames is two parts per frame): `writev`s of at most 1 MiB and
+ * IOV_BATCH parts, resumed after short writes; the GIL kept up to
+ * KEEP_GIL_BYTES in all. */
+static PyObject *write_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "write_all(fd, parts) takes 2 arguments");
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    if (fd == -1 && PyErr_Occurred()) return NULL;
+    if (fd < 0 || fd > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "write_all: not a file descriptor");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[1], "write_all(fd, parts) takes a list of parts");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_buffer *views = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(Py_buffer));
+    struct iovec *iov = PyMem_Calloc(IOV_BATCH, sizeof(struct iovec));
+    Py_ssize_t got = 0, total = 0;
+    PyObject *result = NULL;
+    if (views == NULL || iov == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < n; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &views[got], PyBUF_SIMPLE) < 0)
+            goto done;
+        total += views[got].len;
+    }
+    int error = 0;
+    PyThreadState *save = total > KEEP_GIL_BYTES ? PyEval_SaveThread() : NULL;
+    Py_ssize_t i = 0, off = 0; /* the next byte: part i, at off */
+    while (i < n && !error) {
+        int k = 0;
+        size_t size = 0;
+        while (i < n && k < IOV_BATCH && size < WRITE_MOST) {
+            size_t left = (size_t)(views[i].len - off);
+            size_t take = left < WRITE_MOST - size ? left : WRITE_MOST - size;
+            if (take) {
+                iov[k].iov_base = (char *)views[i].buf + off;
+                iov[k].iov_len = take;
+                k++;
+                size += take;
+            }
+            off += (Py_ssize_t)take;
+            if (off == views[i].len) {
+                i++;
+                off = 0;
+            }
+        }
+        if (k) error = write_fully((int)fd, iov, k);
+    }
+    if (save != NULL) PyEval_RestoreThread(save);
+    if (error) {
+        errno = error;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    for (Py_ssize_t j = 0; j < got; j++) PyBuffer_Release(&views[j]);
+    PyMem_Free(views);
+    PyMem_Free(iov);
+    Py_DECREF(seq);
+    return result;
 }
 
 static PyObject *ZeroAhead_close(ZeroAhead *self, PyObject *Py_UNUSED(ignored)) {
@@ -233,6 +410,12 @@ static PyMethodDef ZeroAhead_methods[] = {
      "advance(end, to): a record is about to be written up to `end` (no zero is written\n"
      "below it), and zeros are wanted up to `to`. Returns where the zeros written so far\n"
      "(or claimed records) reach. Raises OSError once a write of zeros failed."},
+    {"write", (PyCFunction)(void (*)(void))ZeroAhead_write, METH_FASTCALL,
+     "write(parts, end): writes the bytes-like parts whole at the shard's position (they\n"
+     "end at `end`, which they claim: no zero is written below it), through the duplicate\n"
+     "descriptor (one file position), while the thread writes no zeros; up to 256 KiB\n"
+     "keeping the GIL. Returns False, writing and claiming nothing, where it does not take\n"
+     "them (closed, another process, over 64 parts or 1 MiB). Raises OSError."},
     {"close", (PyCFunction)ZeroAhead_close, METH_NOARGS,
      "close(): stops the thread (after the pwrite in flight); no zero is written after."},
     {NULL, NULL, 0, NULL},
@@ -250,11 +433,20 @@ static PyTypeObject ZeroAheadType = {
     .tp_methods = ZeroAhead_methods,
 };
 
+static PyMethodDef module_methods[] = {
+    {"write_all", (PyCFunction)(void (*)(void))write_all, METH_FASTCALL,
+     "write_all(fd, parts): writes the bytes-like parts whole, in writev calls of at most\n"
+     "1 MiB (storage.writev_all's), keeping the GIL up to 256 KiB. Raises OSError."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_zero_ahead",
-    .m_doc = "Zeros written up to an offset it is told, on a thread without the GIL.",
+    .m_doc = "Zeros written up to an offset it is told, on a thread without the GIL;\n"
+             "a shard's record parts written in writev calls (write_all).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__zero_ahead(void) {

@@ -28,11 +28,18 @@ from rlds_writer.errors import CorruptRecordError
 _native_crc = _native.load("rlds_writer.store.formats.tfrecord._crc32c")
 if _native_crc is not None:
     _crc32c_extend = _native_crc.extend
+    _crc32c_parts = _native_crc.extend_parts
     _TAKES_MEMORYVIEW = True
 else:  # not built, no SSE4.2, or stale: the same values from google_crc32c
     from google_crc32c import extend as _crc32c_extend
 
     _TAKES_MEMORYVIEW = False  # it takes bytes and arrays
+
+    def _crc32c_parts(crc: int, parts: list) -> int:
+        for part in parts:
+            crc = _crc32c_extend(crc, part)
+        return crc
+
 
 _MASK_DELTA = 0xA282EAD8
 _LEN = struct.Struct("<Q")
@@ -84,10 +91,7 @@ def frame_parts_of(parts: list, length: int) -> tuple[bytes, bytes]:
             _HEADERS.clear()
         header = _LEN.pack(length)
         header = _HEADERS[length] = header + _CRC.pack(masked_crc32c(header))
-    crc = 0
-    for part in parts:
-        crc = _crc32c_extend(crc, part)
-    return header, _CRC.pack(_mask(crc))
+    return header, _CRC.pack(_mask(_crc32c_parts(0, parts)))
 
 
 def parse_header(header: bytes) -> int | None:

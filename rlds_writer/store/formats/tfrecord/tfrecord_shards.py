@@ -34,6 +34,18 @@ if TYPE_CHECKING:
     from etils import epath
 
 
+def write_parts(fd: int, parts: list[Any], total: int) -> None:
+    """`storage.writev_all`; a record over 1 MiB in C where the extension is built
+    (`write_ahead.parts_writer`): cut into 1 MiB `writev`s without Python per
+    part (a record of camera frames is two parts per frame). A smaller one is
+    one `os.writev` anyway (and a short recording need not load the extension)."""
+    write_all = write_ahead.parts_writer() if total > storage.WRITE_CALL_BYTES else None
+    if write_all is None:
+        storage.writev_all(fd, parts, total)
+    else:
+        write_all(fd, parts)
+
+
 # A write refused for room: zeros written ahead may hold it (`_room_from_zeros`).
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 
@@ -88,12 +100,7 @@ class TFRecordShardWriter:
             if end > self._check_at:
                 left = None if self.max_records is None else self.max_records - self.num_records
                 self._check_at = self._ahead.before(self._end, end, left)
-            try:
-                storage.writev_all(self._fd, [header, *parts, footer], total)
-            except OSError as error:
-                if not self._room_from_zeros(error):
-                    raise
-                storage.writev_all(self._fd, [header, *parts, footer], total)
+            self._write_local([header, *parts, footer], total, end)
             self._end = end
         else:
             self._f.write_parts([header, *parts, footer])
@@ -108,17 +115,23 @@ class TFRecordShardWriter:
             if end > self._check_at:
                 left = None if self.max_records is None else self.max_records - self.num_records
                 self._check_at = self._ahead.before(self._end, end, left)
-            try:
-                storage.writev_all(self._fd, [framed], total)
-            except OSError as error:
-                if not self._room_from_zeros(error):
-                    raise
-                storage.writev_all(self._fd, [framed], total)
+            self._write_local([framed], total, end)
             self._end = end
         else:
             self._f.write_parts([framed])
         self.num_records += count
         self.num_bytes += data_bytes
+
+    def _write_local(self, parts: list[Any], total: int, end: int) -> None:
+        """Writes `parts` (`total` bytes, up to `end`) whole at the records' end,
+        once more if zeros written ahead may have taken the room."""
+        try:
+            if self._ahead is None or not self._ahead.write(parts, end):
+                write_parts(self._fd, parts, total)
+        except OSError as error:
+            if not self._room_from_zeros(error):
+                raise
+            write_parts(self._fd, parts, total)
 
     def _room_from_zeros(self, error: OSError) -> bool:
         """After a write refused for room: True if zeros written ahead may have

@@ -37,13 +37,31 @@ _NOT_LOADED: Any = object()
 ZeroAhead: Any = _NOT_LOADED
 
 
+# Records written by the extension (`ZeroAhead.write`, `write_all`): False
+# makes every record go through `os.writev` (`storage.writev_all`), as tests
+# that replace `os.writev` to tear or shorten writes need.
+WRITE_IN_C = True
+_write_all: Any = _NOT_LOADED
+
+
 def zero_ahead_type() -> Any:
     """`_zero_ahead.ZeroAhead`, or None where the extension is not built."""
-    global ZeroAhead
+    global ZeroAhead, _write_all
     if ZeroAhead is _NOT_LOADED:
         module = _native.load("rlds_writer.store.formats.tfrecord._zero_ahead")
-        ZeroAhead = None if module is None else module.ZeroAhead
+        if module is None:
+            ZeroAhead = _write_all = None
+        else:
+            ZeroAhead, _write_all = module.ZeroAhead, module.write_all
     return ZeroAhead
+
+
+def parts_writer() -> Any:
+    """`_zero_ahead.write_all(fd, parts)` (`storage.writev_all` in C, without
+    Python per part), or None where it is not built or `WRITE_IN_C` is off."""
+    if _write_all is _NOT_LOADED:
+        zero_ahead_type()
+    return _write_all if WRITE_IN_C else None
 
 
 # The rule, here only: the two writers of zeros below (the C thread and
@@ -98,6 +116,10 @@ class _ZerosHere:
         self._done = at
         return at
 
+    def write(self, parts: Any, end: int) -> bool:
+        """The thread's `write`: here the shard writes its records itself."""
+        return False
+
     def close(self) -> None:
         pass
 
@@ -137,10 +159,15 @@ class WriteAhead:
                 self._past_records = True
                 zeros = self._zeros = (zero_ahead_type() or _ZerosHere)(self._fd)
             to, half = zeros_wanted(end)
-            # Asked again when half the reach is left, or sooner, at the end
-            # of the zeros written by now: the thread's may still be under
-            # way, and a record ending past them claims its bytes from it.
-            return min(zeros.advance(end, to), to - half)
+            # Asked again when half the reach is left. Every record's `write`
+            # claims its bytes from the thread, so a record may end past the
+            # zeros written by now (the thread's may still be under way): it
+            # is then written into fresh space, as without zeros, and the
+            # zeros go on past it. Asking again at the end of the zeros
+            # written by now instead made a thread short of CPU (two busy
+            # threads on two cores) be asked at nearly every record.
+            zeros.advance(end, to)
+            return to - half
         except OSError:
             # A full disk (or any refusal) ends writing ahead; the records are
             # written as without it and report their own errors.
@@ -151,6 +178,31 @@ class WriteAhead:
             self._zeros = None
             self._past_records = False
             return NEVER
+
+    def write(self, parts: list[Any], end: int) -> bool:
+        """Writes a record's parts at the shard's position (they end at `end`),
+        where the thread's extension takes them: with its mutex held, so that
+        no zeros are written meanwhile (a record's `writev` waiting on the
+        file's lock behind a `pwrite` of zeros cost it 3x), and keeping the GIL
+        for up to 256 KiB (each hand-over of the GIL to the env thread and back
+        cost the writer thread a wake-up). Returns False, writing nothing, where
+        the shard writes them itself (`storage.writev_all`); either way the
+        record's bytes are claimed first: no zero is written below `end`.
+
+        Raises:
+          OSError: the write failed (part of it may have been written).
+        """
+        zeros = self._zeros
+        if zeros is None:
+            return False
+        try:
+            if WRITE_IN_C and zeros.write(parts, end):
+                return True
+            zeros.advance(end, 0)  # claims its bytes; the shard writes them
+        except ValueError:  # a forked child writing its parent's shard (see `before`)
+            self._zeros = None
+            self._past_records = False
+        return False
 
     def cut(self, end: int) -> None:
         """Stops writing ahead and cuts the zeros past `end`, where the records end.

@@ -28,7 +28,6 @@ from rlds_writer.envs import Catch
 from rlds_writer.store.formats import shards
 from rlds_writer.store.formats import tfrecord as tfrecord_package
 from rlds_writer.store.formats.tfrecord import tfrecord, tfrecord_shards, write_ahead
-from rlds_writer.store.storage import storage
 
 PAGE = 4096
 
@@ -319,20 +318,23 @@ def test_a_record_that_fits_without_the_zeros_is_written_when_they_took_the_last
         f.write(bytes((free - zeros_pages) * PAGE))
     assert os.statvfs(small_disk).f_bavail == zeros_pages
 
-    real_writev_all = storage.writev_all
     refused = []
 
-    def writev_all(fd, parts, total):
-        if writer._ahead._zeros is not None and not refused:
-            _wait_for(lambda: os.statvfs(small_disk).f_bavail == 0)  # the zeros took it all
-            try:
-                return real_writev_all(fd, parts, total)
-            except OSError as error:
-                refused.append(error.errno)
-                raise
-        return real_writev_all(fd, parts, total)
+    def refusing(real):  # the record's write, whichever writes it (the thread's or the shard's)
+        def write(*args):
+            if writer._ahead._zeros is not None and not refused:
+                _wait_for(lambda: os.statvfs(small_disk).f_bavail == 0)  # the zeros took it all
+                try:
+                    return real(*args)
+                except OSError as error:
+                    refused.append(error.errno)
+                    raise
+            return real(*args)
 
-    monkeypatch.setattr(storage, "writev_all", writev_all)
+        return write
+
+    monkeypatch.setattr(tfrecord_shards, "write_parts", refusing(tfrecord_shards.write_parts))
+    monkeypatch.setattr(write_ahead.WriteAhead, "write", refusing(write_ahead.WriteAhead.write))
     writer.write(record)
     assert refused == [errno.ENOSPC]  # the zeros did take the record's room
     assert writer._check_at == write_ahead.NEVER  # and writing ahead stopped for good
@@ -395,6 +397,90 @@ def test_zeros_are_never_written_over_a_record_that_outran_them(tmp_path, zeros_
     assert data[len(expected) :].count(0) == size - len(expected)
     time.sleep(0.1)  # and nothing is written once close() returned
     assert os.path.getsize(path) == size
+
+
+@pytest.mark.skipif(
+    write_ahead.zero_ahead_type() is None, reason="the _zero_ahead extension is not built"
+)
+def test_a_record_written_through_the_thread_claims_its_bytes_without_asking_first(tmp_path):
+    # The shard's records go through `ZeroAhead.write`, which claims their
+    # bytes itself: zeros are asked for only every 1 MiB here (never when a
+    # record passes the zeros written so far), and records of up to 600 KB
+    # often end past them; no record byte may become a zero (fails with the
+    # claim in `write` removed), and the parts are written whole, in order.
+    rng = random.Random(1)
+    path = tmp_path / "file"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    zeros = write_ahead.zero_ahead_type()(fd)
+    expected = bytearray()
+    ask_at = 0
+    taken = 0
+    for i in range(300):
+        size = rng.randint(1, 600_000)
+        parts = [bytes([i % 251 + 1]) * (size // 2), memoryview(bytes([i % 13 + 1]) * (size // 2))]
+        end = len(expected) + sum(len(p) for p in parts)
+        if end > ask_at:
+            zeros.advance(len(expected), end + (2 << 20))
+            ask_at = end + (1 << 20)
+        if zeros.write(parts, end):
+            taken += 1
+        else:  # only a part list over 1 MiB or 64 parts is left to the caller
+            raise AssertionError("write refused parts it takes")
+        for p in parts:
+            expected += p
+    with pytest.raises(TypeError):
+        zeros.write(b"not a list of parts", 1)
+    zeros.close()
+    assert zeros.write([b"x"], len(expected) + 1) is False  # closed: the caller writes
+    size = os.path.getsize(path)
+    os.close(fd)
+    with open(path, "rb") as f:
+        data = f.read()
+    assert taken == 300
+    assert data[: len(expected)] == expected
+    assert data[len(expected) :].count(0) == size - len(expected)
+
+
+class _Lagging:
+    """The thread's ZeroAhead, reporting zeros never ahead of the record just claimed:
+    a thread that gets no CPU (two busy threads on two cores)."""
+
+    calls = 0
+    real: type
+
+    def __init__(self, fd):
+        self._zeros = _Lagging.real(fd)
+        self.write = getattr(self._zeros, "write", None)  # (none before the claim in write)
+        self.close = self._zeros.close
+
+    def advance(self, end, to):
+        _Lagging.calls += 1
+        return min(self._zeros.advance(end, to), end)
+
+
+@pytest.mark.skipif(
+    write_ahead.zero_ahead_type() is None, reason="the _zero_ahead extension is not built"
+)
+def test_a_thread_short_of_cpu_is_asked_for_zeros_once_per_half_reach_not_per_record(
+    tmp_path, monkeypatch
+):
+    # Asked again "at the end of the zeros written by now", a lagging thread
+    # was asked (and its mutex taken, the GIL let go) at nearly every record.
+    _Lagging.real = write_ahead.zero_ahead_type()
+    monkeypatch.setattr(write_ahead, "ZeroAhead", _Lagging)
+    _Lagging.calls = 0
+    record = b"\x0a" + os.urandom(20_700)
+    path = tmp_path / "shard"
+    writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
+    for _ in range(300):
+        writer.write(record)
+    assert isinstance(writer._ahead._zeros, _Lagging)
+    frame = len(record) + tfrecord.FRAMING
+    asked_every = write_ahead.WRITE_AHEAD // 2 // frame  # records per half reach
+    assert 0 < _Lagging.calls <= 300 // asked_every + 4  # not ~300
+    writer.close()
+    assert os.path.getsize(path) == 300 * frame
+    assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == [record] * 300
 
 
 @pytest.mark.skipif(
