@@ -112,10 +112,12 @@ class BatchRecorder:
             raise
         self._per_env = per_env
         # PNG/JPEG observations are encoded as they come, on the encoding
-        # threads (`frames.py`); the ring keeps where each frame's bytes will be.
-        streamed = [f for f in self._fields if streamable(f.spec, f.role)]
+        # threads (`frames.py`); the ring keeps where each frame's bytes will
+        # be (raw-bytes frames: their bytes).
+        workers = self.writer.image_workers
+        streamed = [f for f in self._fields if streamable(f.spec, f.role, workers)]
         self._frames = None
-        if streamed and self.writer.image_workers > 0:
+        if streamed:
             self._frames = BatchFrames(
                 [f.spec for f in streamed], self.writer.image_workers, num_envs
             )

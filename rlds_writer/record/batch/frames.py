@@ -15,6 +15,15 @@ recorder's: the same codecs, so the same bytes.
 
 Raw frames are held only until encoded: the env thread waits when the
 frames handed over and not yet encoded pass `PENDING_BYTES`.
+
+Raw-bytes frames (`image_encoding="bytes"`, rows of at least
+`ring.LARGE_ROWS` bytes) need no codec: their one copy at the step is into a
+`bytes` per frame (`_copy_rows`), which the ring keeps as the frame's handle
+(its place unused). Only references then move when an episode that outgrows
+the ring is spilled (21 KB frames of 64 sub-envs fill the default ring in 32
+steps, so nearly every episode is), and when it ends its frames are the
+`RowBytes` the writer writes as they are (no join, no other copy): the
+single-env recorder's bytes, so the same records.
 """
 
 from __future__ import annotations
@@ -24,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.record.batch.ring import OBSERVATION_LIKE, BatchField
+from rlds_writer.record.batch.ring import LARGE_ROWS, OBSERVATION_LIKE, BatchField
 from rlds_writer.store.episodes import interrupts
+from rlds_writer.store.episodes.episode_data import RowBytes
 from rlds_writer.store.features import field_specs
 from rlds_writer.store.features.field_specs import jpeg_quality_of
 from rlds_writer.store.images import frame_stream
@@ -64,14 +74,21 @@ class _Codec:
             self.encode = encode_png
 
 
-def streamable(spec: field_specs.FieldSpec, role: str) -> bool:
-    """Whether the batch recorder encodes this field's frames as they come."""
-    return (
-        role == OBSERVATION_LIKE
-        and spec.kind in (field_specs.PNG, field_specs.JPEG)
-        and None not in spec.shape
-        and spec.dtype is not None
-    )
+def streamable(spec: field_specs.FieldSpec, role: str, threads: int = 1) -> bool:
+    """Whether the batch recorder encodes this field's frames as they come: PNG/JPEG
+    where there are encoding `threads`, large raw-bytes rows always (no codec)."""
+    if role != OBSERVATION_LIKE or None in spec.shape or spec.dtype is None:
+        return False
+    if spec.kind == field_specs.BYTES:
+        return spec.row_nbytes >= LARGE_ROWS
+    return threads > 0 and spec.kind in (field_specs.PNG, field_specs.JPEG)
+
+
+def _copy_rows(frames: np.ndarray, slices: np.ndarray, where: Any) -> None:
+    """Copies each row of `frames` into a `bytes` of its own, at `slices[where]`."""
+    # One `bytes` per frame, not one array for the step: each episode frees
+    # its frames alone (a step's array would live as long as its longest episode).
+    slices[where] = [row.tobytes() for row in frames]
 
 
 class BatchFrames:
@@ -84,7 +101,8 @@ class BatchFrames:
 
     def __init__(self, specs: list[field_specs.FieldSpec], threads: int, num_envs: int):
         self.specs = {s.key: s for s in specs}
-        self.codecs = {s.key: _Codec(s) for s in specs}
+        self.copied = {s.key for s in specs if s.kind == field_specs.BYTES}  # no codec
+        self.codecs = {s.key: _Codec(s) for s in specs if s.key not in self.copied}
         self.threads = max(1, threads)
         self._pending: collections.deque[tuple[frame_stream._Batch, int]] = collections.deque()
         self._pending_bytes = 0
@@ -133,15 +151,20 @@ class BatchFrames:
                 todo = self._take_moved(key, batch, rows, slices, places)
             if todo is not None and len(todo) == n:
                 todo = None  # every row: a slice copies faster than an index
+            if key in self.copied:
+                if todo is None:
+                    _copy_rows(np.asarray(batch, spec.dtype), slices, slice(None))
+                elif len(todo):
+                    _copy_rows(np.asarray(batch[todo], spec.dtype), slices, todo)
             # The one copy of the frames (the env may reuse its buffers): an
             # index copies, and a cast of another dtype does.
-            if todo is None:
+            elif todo is None:
                 frames = np.array(batch, spec.dtype, copy=True, order="C")
+                self._submit(key, frames, np.arange(n), slices, places)
             else:
                 frames = np.ascontiguousarray(batch[todo], spec.dtype)
-            if len(frames):
-                where = np.arange(n) if todo is None else todo
-                self._submit(key, frames, where, slices, places)
+                if len(frames):
+                    self._submit(key, frames, todo, slices, places)
             values[key] = slices
             values[key + POSITION] = places
             if added:
@@ -170,8 +193,11 @@ class BatchFrames:
         moved[reused] = False  # each frame enters one episode
         return rows[~take]
 
-    def encode_one(self, key: str, frame: np.ndarray) -> frame_stream._Batch:
-        """Hands one frame (sub-env `i`'s final observation) to the threads."""
+    def encode_one(self, key: str, frame: np.ndarray) -> frame_stream._Batch | bytes:
+        """Hands one frame (sub-env `i`'s final observation) to the threads (a
+        raw-bytes frame: its copy)."""
+        if key in self.copied:
+            return np.ascontiguousarray(frame, self.specs[key].dtype).tobytes()
         frames = np.array(frame[None], self.specs[key].dtype, copy=True, order="C")
         slices = np.empty(1, object)
         self._submit(key, frames, np.zeros(1, np.int64), slices, np.zeros(1, np.int32))
@@ -212,6 +238,10 @@ class BatchFrames:
     def episode_columns(self, columns: dict[str, Any]) -> None:
         """Turns one episode's gathered frame handles into `EncodedFrames`, in place."""
         for key, spec in self.specs.items():
+            if key in self.copied:  # the frames' own bytes: written as they are
+                del columns[key + POSITION]
+                columns[key] = RowBytes(columns[key].tolist(), spec.shape, spec.dtype)
+                continue
             places = columns.pop(key + POSITION).tolist()
             entries = list(zip(columns[key].tolist(), places))
             columns[key] = _TakenFrames(key, entries, spec.row_nbytes)

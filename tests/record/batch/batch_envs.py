@@ -96,6 +96,18 @@ class Camera(Hops):
         return self.np_random.integers(0, 256, (32, 32, 3), dtype=np.uint8)
 
 
+class WideCamera(Hops):
+    """`Hops` whose observation is a 48x64 RGB frame: 9,216 bytes, a raw-bytes row
+    the batch recorder copies into a `bytes` of its own at the step (`frames.py`)."""
+
+    observation_space = gym.spaces.Box(0, 255, (48, 64, 3), np.uint8)
+
+    def _obs(self):
+        frame = self.np_random.integers(0, 256, (48, 64, 3), dtype=np.uint8)
+        frame[-1, -4:] = 0  # a frame ending in zero bytes is kept whole
+        return frame
+
+
 class Words(Hops):
     """`Hops` whose observation is a dict of a float32[3] and a `Text` word, and whose
     info has a str `said` (text fields, kept per sub-env by the batch recorder)."""

@@ -3,14 +3,15 @@
 PNG and JPEG frames are encoded as they come, N per step, on the encoding
 threads (`record/batch/frames.py`): the ring keeps no raw frame, and episodes
 longer than the ring (spilled) keep their frames' handles. Raw `bytes` frames
-are copied as they are.
+of at least `ring.LARGE_ROWS` bytes are copied at the step into a `bytes` each,
+which the ring keeps; smaller ones stay raw in the ring.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from batch_envs import Camera, play_alone, records
+from batch_envs import Camera, WideCamera, play_alone, records
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from rlds_writer.record.gymnasium.gymnasium_vector import RecordRLDSVector
@@ -20,28 +21,36 @@ SEED = 4
 
 
 @pytest.mark.parametrize(
-    "image_encoding, mode, ring_bytes",
+    "image_encoding, mode, ring_bytes, camera",
     [
-        ("png", AutoresetMode.SAME_STEP, None),
-        ("jpeg", AutoresetMode.NEXT_STEP, 1),  # a 32-row ring: 80-step episodes spill
-        ("bytes", AutoresetMode.SAME_STEP, 1),  # spilled raw frames: in parts
+        ("png", AutoresetMode.SAME_STEP, None, Camera),
+        ("jpeg", AutoresetMode.NEXT_STEP, 1, Camera),  # a 32-row ring: 80-step episodes spill
+        ("bytes", AutoresetMode.SAME_STEP, 1, Camera),  # spilled raw frames: in parts
+        ("bytes", AutoresetMode.SAME_STEP, 1, WideCamera),  # a bytes per frame, spilled
+        ("bytes", AutoresetMode.NEXT_STEP, None, WideCamera),
     ],
 )
 def test_batched_camera_frames_are_the_records_of_each_sub_env_alone(
-    tmp_path, image_encoding, mode, ring_bytes
+    tmp_path, image_encoding, mode, ring_bytes, camera
 ):
     actions = np.random.default_rng(1).uniform(-1, 1, (90, N, 2)).astype(np.float32)
-    venv = SyncVectorEnv([Camera] * N, autoreset_mode=mode)
+    venv = SyncVectorEnv([camera] * N, autoreset_mode=mode)
     env = RecordRLDSVector(
         venv, tmp_path / "batched", image_encoding=image_encoding, ring_bytes=ring_bytes
     )
     env.reset(seed=[SEED + i for i in range(N)])
     ring = env.recorder._ring
-    # PNG/JPEG frames are encoded at the step: the ring holds where their bytes are.
+    # PNG/JPEG frames are encoded at the step: the ring holds where their bytes
+    # are; large raw frames are copied into a `bytes` each, which it holds.
     streamed = ring.ring["steps/observation"].dtype == object
-    assert streamed == (image_encoding != "bytes")
+    assert streamed == (image_encoding != "bytes" or camera is WideCamera)
+    steps = 0
     for step_actions in actions:
         env.step(step_actions)
+        if camera is WideCamera and steps < 3:  # the handles are the frames' bytes
+            row = ring.ring["steps/observation"][(ring.t - 1) % ring.size]
+            assert all(type(frame) is bytes and len(frame) == 9216 for frame in row)
+            steps += 1
     spilled = bool(ring.spilled)
     env.close()
     assert spilled or ring_bytes is None
@@ -49,7 +58,7 @@ def test_batched_camera_frames_are_the_records_of_each_sub_env_alone(
     for i in range(N):
         path = tmp_path / f"alone{i}"
         play_alone(
-            Camera,
+            camera,
             path,
             SEED + i,
             [a[i] for a in actions],
@@ -61,16 +70,22 @@ def test_batched_camera_frames_are_the_records_of_each_sub_env_alone(
     assert sum(want.values()) >= 10 and got == want
 
 
-def test_frames_of_sub_envs_stepped_apart_are_the_records_of_each_alone(tmp_path):
+@pytest.mark.parametrize("image_encoding, camera", [("png", Camera), ("bytes", WideCamera)])
+def test_frames_of_sub_envs_stepped_apart_are_the_records_of_each_alone(
+    tmp_path, image_encoding, camera
+):
     # EnvPool's async shape: each call steps or resets some sub-envs
     # (`per_env`, `env_ids`); a sub-env that ended is reset by its next turn.
     from rlds_writer.record import spaces
     from rlds_writer.record.batch import BatchRecorder
 
     n, rng = 4, np.random.default_rng(2)
-    config = spaces.spaces_config(Camera.observation_space, Camera.action_space, "apart")
+    config = spaces.spaces_config(
+        camera.observation_space, camera.action_space, "apart", image_encoding=image_encoding
+    )
     rec = BatchRecorder(tmp_path / "batched", config, n, per_env=True, ring_bytes=1)
-    envs = [Camera() for _ in range(n)]
+    assert rec._ring.ring["steps/observation"].dtype == object  # encoded or copied at the step
+    envs = [camera() for _ in range(n)]
     given: list[list[np.ndarray]] = [[] for _ in range(n)]
     pending = np.zeros(n, bool)
     obs = np.stack([env.reset(seed=SEED + i)[0] for i, env in enumerate(envs)])
@@ -100,6 +115,13 @@ def test_frames_of_sub_envs_stepped_apart_are_the_records_of_each_alone(tmp_path
     rec.close()
     want = records(tmp_path / "batched").__class__()
     for i in range(n):
-        play_alone(Camera, tmp_path / f"alone{i}", SEED + i, given[i], "NextStep")
+        play_alone(
+            camera,
+            tmp_path / f"alone{i}",
+            SEED + i,
+            given[i],
+            "NextStep",
+            image_encoding=image_encoding,
+        )
         want.update(records(tmp_path / f"alone{i}"))
     assert sum(want.values()) >= 8 and records(tmp_path / "batched") == want
