@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from rlds_writer.record.config import recording_config
 from rlds_writer.store.features import end_reasons, feature_defs
+from rlds_writer.store.formats.tfrecord import tfrecord
 from rlds_writer.store.writing import batch_records
 from rlds_writer.store.writing.batch_records import EpisodeBatch, supports
 from rlds_writer.store.writing.writer import DatasetWriter
@@ -98,19 +102,55 @@ def test_a_batch_fills_shards_of_the_usual_size(tmp_path, file_format):
     assert [len(e["steps"]["reward"]) for e in episodes] == [2, 3, 1, 4, 2, 2, 5, 1, 6, 2]
 
 
-def test_the_batch_encoder_checksums_with_crc32c_and_does_not_load_without_it():
+def test_the_batch_encoder_checksums_with_crc32c_and_does_not_load_without_it(tmp_path):
     # One masked CRC-32C in C: _crc32c's, taken at module init through its
-    # capsule (_crc32c.h). Where _crc32c does not load, neither does the encoder,
-    # and numpy frames the records (the identity test above runs that path).
+    # capsule (_crc32c.h). Where _crc32c does not load, or is a build of another
+    # interface version, neither does the encoder, and numpy frames the records
+    # (the identity test above runs that path).
     if batch_records.native is None:
         pytest.skip("the _batch_records extension is not built here")
+    # A _crc32c whose capsule is of another version, built here.
+    source = Path(tfrecord.__file__).parent
+    shutil.copy(source / "_crc32c.c", tmp_path)
+    header = (source / "_crc32c.h").read_text()
+    version = re.compile(r"^#define CRC32C_API_VERSION (\d+)$", re.MULTILINE)
+    ours = int(version.search(header)[1])
+    (tmp_path / "_crc32c.h").write_text(
+        version.sub(f"#define CRC32C_API_VERSION {ours + 1}", header, count=1)
+    )
+    (tmp_path / "setup.py").write_text(
+        "from setuptools import Extension, setup\n"
+        "setup(name='other', ext_modules=[Extension('_crc32c', ['_crc32c.c'])])\n"
+    )
+    build = [sys.executable, "setup.py", "-q", "build_ext", "--inplace"]
+    subprocess.run(build, cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    (other,) = tmp_path.glob("_crc32c.*.so")
     script = (
-        "import sys\n"
-        "sys.modules['rlds_writer.store.formats.tfrecord._crc32c'] = None\n"
-        "from rlds_writer.store.writing import batch_records\n"
-        "print(batch_records.native)\n"
+        "import importlib.util, sys\n"
+        "name = 'rlds_writer.store.formats.tfrecord._crc32c'\n"
+        "if sys.argv[1] == 'none':\n"
+        "    sys.modules[name] = None\n"
+        "elif sys.argv[1] != 'built':\n"
+        "    spec = importlib.util.spec_from_file_location(name, sys.argv[1])\n"
+        "    sys.modules[name] = importlib.util.module_from_spec(spec)\n"
+        "try:\n"
+        "    import rlds_writer.store.writing._batch_records\n"  # first thing: by name
+        "    print('loaded')\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    said = {}
+    for case in ("built", "none", str(other)):
+        done = subprocess.run(
+            [sys.executable, "-c", script, case],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        said[case] = done.stdout.strip()
+    assert said["built"] == "loaded", said
+    assert "halted; None in sys.modules" in said["none"], said
+    assert said[str(other)].endswith(
+        f"C_API is version {ours + 1}, {ours} expected: rebuild the extensions"
     )
-    assert done.stdout.split() == ["None"], done.stdout + done.stderr

@@ -29,20 +29,28 @@ typedef struct {
     uint32_t (*masked)(const unsigned char *p, size_t n);
 } Crc32cApi;
 
-/* `_crc32c`'s interface, imported; NULL with ImportError set if it cannot be
- * loaded or is of another version (a stale build). */
+/* `_crc32c`'s interface, imported; NULL with ImportError set if the module
+ * cannot be loaded (not built, no SSE4.2), or is a build of other sources (no
+ * capsule, or one of another version). The module is imported by name first:
+ * PyCapsule_Import alone walks attributes, which a package not yet imported
+ * lacks. */
 static inline const Crc32cApi *
 crc32c_import(void)
 {
-    const Crc32cApi *api = (const Crc32cApi *)PyCapsule_Import(CRC32C_CAPSULE, 0);
+    PyObject *module = PyImport_ImportModule("rlds_writer.store.formats.tfrecord._crc32c");
+    if (module == NULL) return NULL;
+    PyObject *capsule = PyObject_GetAttrString(module, "C_API");
+    Py_DECREF(module);
+    const Crc32cApi *api = NULL;
+    if (capsule != NULL && PyCapsule_IsValid(capsule, CRC32C_CAPSULE))
+        api = (const Crc32cApi *)PyCapsule_GetPointer(capsule, CRC32C_CAPSULE);
+    Py_XDECREF(capsule);
     if (api != NULL && api->version == CRC32C_API_VERSION) return api;
-    if (api != NULL) {
+    if (api != NULL)
         PyErr_Format(PyExc_ImportError, "%s is version %d, %d expected: rebuild the extensions",
                      CRC32C_CAPSULE, api->version, CRC32C_API_VERSION);
-    } else if (!PyErr_ExceptionMatches(PyExc_ImportError)) {
-        /* An older build has no capsule (AttributeError): not importable either. */
+    else /* an older build has none */
         PyErr_Format(PyExc_ImportError, "%s is missing: rebuild the extensions", CRC32C_CAPSULE);
-    }
     return NULL;
 }
 
