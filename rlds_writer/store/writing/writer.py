@@ -293,9 +293,9 @@ class DatasetWriter:
         if self._pid != process_id():
             return  # a forked child's copy: the files, lock and processes are the parent's
         if self._thread.is_alive():
-            if not self._queue.queue and self._waiting is None:
-                # Nothing queued: the shards are finished here while the thread
-                # wakes up and ends, not after its wake-up (0.1-0.2 ms a close).
+            with self._budget:  # nothing queued, nor taken and still unwritten
+                idle = not self._queued_count and self._waiting is None
+            if idle:  # the shards are finished here, not after the thread wakes (0.1-0.2 ms)
                 self._queue.put((_STOP, None))
                 with self._io_lock:
                     self._end()

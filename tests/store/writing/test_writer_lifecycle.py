@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -280,3 +281,42 @@ def test_close_lists_every_episode_whether_written_inline_or_still_queued(tmp_pa
     assert _listed_episodes(tmp_path) == 6
     firsts = [int(ep["steps"][0]["observation"].flat[0]) for ep in load_episodes(tmp_path)]
     assert sorted(firsts) == list(range(6))
+
+
+class _GatedLock:
+    """The writer's I/O lock, which its thread acquires only once `gate` is set."""
+
+    def __init__(self, thread, gate):
+        self._lock, self._thread, self._gate = threading.Lock(), thread, gate
+
+    def acquire(self, blocking=True, timeout=-1):
+        if threading.current_thread() is self._thread:
+            self._gate.wait(30)
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self):
+        self._lock.release()
+
+    def __enter__(self):
+        self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def test_close_lists_an_episode_the_writer_thread_took_but_has_not_written(tmp_path):
+    # The writer thread has taken an episode off its queue and not yet the I/O
+    # lock: close() sees an empty queue, yet must not finish the shards before
+    # that episode is written, or it lands in a shard no dataset_info.json lists.
+    writer = DatasetWriter(tmp_path, _config(obs_shape=(300, 300)))
+    gate = threading.Event()
+    writer._io_lock = _GatedLock(writer._thread, gate)
+    _record(writer, 1, steps=2, obs_shape=(300, 300))  # > 256 KiB: queued
+    deadline = time.monotonic() + 30
+    while writer._queue.qsize() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    threading.Timer(0.3, gate.set).start()  # the thread goes on while close() runs
+    writer.close()
+    assert not writer._thread.is_alive()
+    assert _listed_episodes(tmp_path) == 1
+    assert len(load_episodes(tmp_path)) == 1
