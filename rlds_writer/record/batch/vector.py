@@ -176,7 +176,12 @@ class VectorRecording:
                     return
                 ended = fast.ended(ends)
                 if ended is not None:
-                    self._replace_finals(ended, infos)
+                    try:
+                        self._replace_finals(ended, infos)
+                    except BaseException:
+                        # As the general path leaves them (its `end` never ran): open.
+                        core._ring.open[ended] = True
+                        raise
                     fast.finish(ends)
                     core.begin(observation, meta, ended)
                 return

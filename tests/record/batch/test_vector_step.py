@@ -32,6 +32,7 @@ class _SomeStepsAside(gym.vector.VectorWrapper):
     def __init__(self, env):
         super().__init__(env)
         self.t = 0
+        self.bad_finals = None  # the same-step step whose final observations are refused
 
     def step(self, actions):
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
@@ -40,27 +41,39 @@ class _SomeStepsAside(gym.vector.VectorWrapper):
             obs = np.zeros((len(obs), 9), np.float32)
         elif self.t % MARKED == 0:
             obs = obs.view(_Marked)
+        elif "final_obs" in infos and self.t > BAD and self.bad_finals is None:
+            if (terminations | truncations).any():  # refused after the rows are written
+                self.bad_finals = self.t
+                finals = np.empty(len(obs), object)
+                finals[:] = [np.zeros(9, np.float32) for _ in range(len(obs))]
+                infos = {**infos, "final_obs": finals}
         return obs, rewards, terminations, truncations, infos
 
 
-def _record(path, mode, cartpole: bool, **options) -> None:
+def _record(path, mode, cartpole: bool, **options) -> int | None:
     if cartpole:  # native vector CartPole: Fortran-ordered observations, int64 actions
         venv = gym.make_vec("CartPole-v1", N, vectorization_mode="vector_entry_point")
         actions = np.random.default_rng(0).integers(0, 2, (STEPS, N))
     else:  # float64 rewards and info values cast into float32 and int64 columns
         venv = SyncVectorEnv([Hops] * N, autoreset_mode=mode)
         actions = np.random.default_rng(0).uniform(-1, 1, (STEPS, N, 2)).astype(np.float32)
-    env = RecordRLDSVector(_SomeStepsAside(venv), path, **options)
+    aside = _SomeStepsAside(venv)
+    env = RecordRLDSVector(aside, path, **options)
     env.reset(seed=3)
     for t, step_actions in enumerate(actions, 1):
         if t == BAD:
             with pytest.raises(StepValueError, match="steps/observation: expected a batch"):
                 env.step(step_actions)
             continue
-        _, _, te, tr, _ = env.step(step_actions)
+        try:
+            _, _, te, tr, _ = env.step(step_actions)
+        except StepValueError as e:  # a refused final observation: the episodes stay open
+            assert t == aside.bad_finals and "steps/observation" in str(e)
+            continue
         if mode == AutoresetMode.DISABLED and (te | tr).any():
             env.reset(options={"reset_mask": te | tr})
     env.close()
+    return aside.bad_finals
 
 
 @pytest.mark.parametrize(
@@ -77,7 +90,8 @@ def test_the_c_step_records_the_bytes_of_the_numpy_path(tmp_path, monkeypatch, m
     # Hops' 80-step episodes spill out of this small ring while they run
     # (their ends then go `apart`); info keys and a discount column.
     options = {} if cartpole else {"ring_bytes": 4096, "info_keys": ["t", "x"], "discount": True}
-    _record(tmp_path / "c", mode, cartpole, **options)
+    bad_finals = _record(tmp_path / "c", mode, cartpole, **options)
+    assert (bad_finals is not None) == (mode == AutoresetMode.SAME_STEP)
     # The general path only where the C step cannot go: marked and refused steps.
     assert len(adds) == STEPS // MARKED + 1
     adds.clear()
