@@ -434,10 +434,10 @@ def main() -> None:
         "BC keeps the mapped epoch in memory by default (`materialize_mapped_data=True`): "
         "the first `train()` call reads and maps every transition, the timed calls after the "
         "2 warm-up ones iterate the learner's batches from memory, so no input runs in them "
-        "(py-spy: no read task or pre-learner active). Their rate differs by input only "
-        "through the blocks the learner iterates (RLDSOfflineData reads in a few large "
-        "blocks, as read_parquet gives one per file); the input's own cost is in the "
-        "first 2 calls, and in every epoch with `--stream`.",
+        "(py-spy: no read task or pre-learner active). What differs by input in them is "
+        "the blocks the learner iterates (RLDSOfflineData reads a few large ones, "
+        "read_parquet one per file), and nothing else we found; the input's own cost is "
+        "in the first 2 calls, and in every epoch with `--stream`.",
         "",
     ]
     if args.nodes == 2:
