@@ -26,6 +26,7 @@ import numpy as np
 
 from rlds_writer.errors import WriterClosedError
 from rlds_writer.record.batch import objects
+from rlds_writer.record.batch.arrays import check_batch, host_array
 from rlds_writer.record.batch.fields import (
     cast_single,
     check_kept,
@@ -278,7 +279,7 @@ class BatchRecorder:
             self._ring.write_some(values, ids)
 
     def replace(self, i: int, observation: Any, step_metadata: Mapping[str, Any] | None) -> None:
-        """Replaces sub-env `i`'s observation (and metadata) in the step just added.
+        """Replaces sub-env `i`'s observation (None: kept) and metadata in the step just added.
 
         For Gymnasium's same-step autoreset, whose batch holds the next
         episode's first observation where an episode ended (the final one
@@ -288,7 +289,7 @@ class BatchRecorder:
         row = (ring._next(i) - 1) % ring.size
         sources = {OBSERVATION: observation, METADATA: step_metadata}
         for group, leaves in self._groups.items():
-            if group not in sources:
+            if group not in sources or (group == OBSERVATION and observation is None):
                 continue
             for path, field in leaves:
                 value = pick(sources[group], path, field.key)
@@ -302,6 +303,30 @@ class BatchRecorder:
                     ring.ring[field.key + POSITION][row, i] = 0
                 else:
                     ring.ring[field.key][row, i] = value
+
+    def replace_rows(self, envs: np.ndarray, observation: Any) -> bool:
+        """`replace`'s observations of the sub-envs `envs` at once: one write per field.
+
+        `observation` holds one row per sub-env of `envs`. Returns False, having
+        written nothing, where a field takes one value at a time (frames encoded
+        as they come, object values) or the sub-envs are stepped apart: `replace`
+        each one then. A refused batch raises `StepValueError`, nothing written.
+        """
+        ring, frames = self._ring, self._frames
+        leaves = self._groups[OBSERVATION]
+        if ring.tvec is not None or any(
+            f.key in self._object_keys or (frames is not None and f.key in frames.specs)
+            for _, f in leaves
+        ):
+            return False
+        n, batches = len(envs), []
+        for p, f in leaves:
+            value = host_array(pick(observation, p, f.key) if p else observation, f.key)
+            batches.append((f.key, check_batch(f.spec, value, n)))
+        row = (ring.t - 1) % ring.size
+        for key, batch in batches:
+            ring.ring[key][row, envs] = batch
+        return True
 
     def end(
         self,

@@ -206,11 +206,17 @@ class VectorRecording:
     def _replace_finals(self, ended: np.ndarray, infos: Mapping[str, Any]) -> None:
         final_obs = infos["final_obs"]
         final_info = infos.get("final_info", {})
-        for i in np.flatnonzero(ended).tolist():
+        envs = np.flatnonzero(ended)
+        rows = _final_rows(final_obs, envs)
+        # One write per field where the final observations make one numeric batch.
+        batched = rows is not None and self.core.replace_rows(envs, self.convert_obs(rows))
+        if batched and not self.info_keys:
+            return
+        for i in envs.tolist():
             meta = None
             if self.info_keys:
                 meta = {key: self._final_value(final_info, key, i) for key in self.info_keys}
-            self.core.replace(i, self.convert_obs(final_obs[i]), meta)
+            self.core.replace(i, None if batched else self.convert_obs(final_obs[i]), meta)
 
     def _final_value(self, info: Mapping[str, Any], key: str, i: int) -> Any:
         mask = info.get(f"_{key}")
@@ -285,6 +291,28 @@ class VectorRecording:
     def close(self) -> None:
         if self.core is not None:
             self.core.close()
+
+
+def _final_rows(final_obs: Any, envs: np.ndarray) -> np.ndarray | None:
+    """The final observations of `envs` as one numeric batch, or None (not one).
+
+    A vector env may give them as a numeric `[N, ...]` array; Gymnasium's
+    `SyncVectorEnv`/`AsyncVectorEnv` give an object array of per-sub-env values,
+    stacked here when they are arrays of one shape and dtype.
+    """
+    if type(final_obs) is not np.ndarray:
+        return None
+    if final_obs.dtype != object:
+        return final_obs[envs]
+    items = final_obs[envs].tolist()
+    first = items[0] if items else None
+    if type(first) is not np.ndarray or first.dtype == object:
+        return None
+    shape, dtype = first.shape, first.dtype
+    for item in items:
+        if type(item) is not np.ndarray or item.shape != shape or item.dtype != dtype:
+            return None
+    return np.stack(items)
 
 
 def split_options(kwargs: Mapping[str, Any]) -> Sequence[str]:
