@@ -305,14 +305,11 @@ def _final_rows(final_obs: Any, envs: np.ndarray) -> np.ndarray | None:
     if final_obs.dtype != object:
         return final_obs[envs]
     items = final_obs[envs].tolist()
-    first = items[0] if items else None
-    if type(first) is not np.ndarray or first.dtype == object:
+    if set(map(type, items)) != {np.ndarray} or items[0].dtype == object:
         return None
-    shape, dtype = first.shape, first.dtype
-    for item in items:
-        if type(item) is not np.ndarray or item.shape != shape or item.dtype != dtype:
-            return None
-    return np.stack(items)
+    if len({(item.dtype, item.shape) for item in items}) != 1:
+        return None
+    return np.array(items)
 
 
 def split_options(kwargs: Mapping[str, Any]) -> Sequence[str]:
