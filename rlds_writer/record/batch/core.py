@@ -279,7 +279,7 @@ class BatchRecorder:
             self._ring.write_some(values, ids)
 
     def replace(self, i: int, observation: Any, step_metadata: Mapping[str, Any] | None) -> None:
-        """Replaces sub-env `i`'s observation (None: kept) and metadata in the step just added.
+        """Replaces sub-env `i`'s observation and metadata (None: kept) in the step just added.
 
         For Gymnasium's same-step autoreset, whose batch holds the next
         episode's first observation where an episode ended (the final one
@@ -289,7 +289,7 @@ class BatchRecorder:
         row = (ring._next(i) - 1) % ring.size
         sources = {OBSERVATION: observation, METADATA: step_metadata}
         for group, leaves in self._groups.items():
-            if group not in sources or (group == OBSERVATION and observation is None):
+            if sources.get(group) is None:
                 continue
             for path, field in leaves:
                 value = pick(sources[group], path, field.key)
@@ -304,24 +304,30 @@ class BatchRecorder:
                 else:
                     ring.ring[field.key][row, i] = value
 
-    def replace_rows(self, envs: np.ndarray, observation: Any) -> bool:
-        """`replace`'s observations of the sub-envs `envs` at once: one write per field.
+    def replace_rows(
+        self, envs: np.ndarray, observation: Any, step_metadata: Mapping[str, Any] | None = None
+    ) -> bool:
+        """`replace` for the sub-envs `envs` at once (batches of their rows; None: kept).
 
-        `observation` holds one row per sub-env of `envs`. Returns False, having
-        written nothing, where a field takes one value at a time (frames encoded
-        as they come, object values) or the sub-envs are stepped apart: `replace`
-        each one then. A refused batch raises `StepValueError`, nothing written.
+        False, nothing written: a field takes one value at a time (frames, object
+        values) or the sub-envs are stepped apart; `replace` each one then.
         """
         ring, frames = self._ring, self._frames
-        leaves = self._groups[OBSERVATION]
+        sources = {OBSERVATION: observation, METADATA: step_metadata}
+        leaves = [
+            (sources[g], p, f)
+            for g, group in self._groups.items()
+            if sources.get(g) is not None
+            for p, f in group
+        ]
         if ring.tvec is not None or any(
             f.key in self._object_keys or (frames is not None and f.key in frames.specs)
-            for _, f in leaves
+            for _, _, f in leaves
         ):
             return False
         n, batches = len(envs), []
-        for p, f in leaves:
-            value = host_array(pick(observation, p, f.key) if p else observation, f.key)
+        for source, p, f in leaves:
+            value = host_array(pick(source, p, f.key) if p else source, f.key)
             batches.append((f.key, check_batch(f.spec, value, n)))
         row = (ring.t - 1) % ring.size
         for key, batch in batches:

@@ -208,15 +208,31 @@ class VectorRecording:
         final_info = infos.get("final_info", {})
         envs = np.flatnonzero(ended)
         rows = _final_rows(final_obs, envs)
-        # One write per field where the final observations make one numeric batch.
-        batched = rows is not None and self.core.replace_rows(envs, self.convert_obs(rows))
-        if batched and not self.info_keys:
+        # One write per field where the final values make one numeric batch.
+        obs_done = rows is not None and self.core.replace_rows(envs, self.convert_obs(rows))
+        meta_done = not self.info_keys
+        if not meta_done:
+            batch = self._final_batch(final_info, envs)
+            meta_done = batch is not None and self.core.replace_rows(envs, None, batch)
+        if obs_done and meta_done:
             return
         for i in envs.tolist():
             meta = None
-            if self.info_keys:
+            if not meta_done:
                 meta = {key: self._final_value(final_info, key, i) for key in self.info_keys}
-            self.core.replace(i, None if batched else self.convert_obs(final_obs[i]), meta)
+            self.core.replace(i, None if obs_done else self.convert_obs(final_obs[i]), meta)
+
+    def _final_batch(self, info: Mapping[str, Any], envs: np.ndarray) -> dict[str, Any] | None:
+        """The final infos of `envs` as numeric batches, or None (one is missing or not one)."""
+        out = {}
+        for key in self.info_keys:
+            value, mask = info.get(key), info.get(f"_{key}")
+            if type(value) is not np.ndarray or value.dtype == object:
+                return None
+            if mask is not None and not np.asarray(mask)[envs].all():
+                return None  # the defaults' casts are `_final_value`'s, one at a time
+            out[key] = value[envs]
+        return out
 
     def _final_value(self, info: Mapping[str, Any], key: str, i: int) -> Any:
         mask = info.get(f"_{key}")
