@@ -126,7 +126,7 @@ class TFRecordShardWriter:
         """Writes `parts` (`total` bytes, up to `end`) whole at the records' end,
         once more if zeros written ahead may have taken the room."""
         try:
-            if self._ahead is None or not self._ahead.write(parts, end):
+            if self._ahead is None or not self._ahead.write(parts, end, total):
                 write_parts(self._fd, parts, total)
         except OSError as error:
             if not self._room_from_zeros(error):

@@ -41,6 +41,11 @@ ZeroAhead: Any = _NOT_LOADED
 # makes every record go through `os.writev` (`storage.writev_all`), as tests
 # that replace `os.writev` to tear or shorten writes need.
 WRITE_IN_C = True
+# Only writes of at least this many bytes (a batch's records) go through the
+# extension: a single-env recording's small records, written on the env
+# thread, waited there for the zeros thread's mutex (Catch: 1.01 -> 1.28 us
+# of wall overhead per step, benchmarks/catch_overhead_ab.py).
+C_WRITE_FROM = 64 << 10
 _write_all: Any = _NOT_LOADED
 
 
@@ -179,9 +184,9 @@ class WriteAhead:
             self._past_records = False
             return NEVER
 
-    def write(self, parts: list[Any], end: int) -> bool:
-        """Writes a record's parts at the shard's position (they end at `end`),
-        where the thread's extension takes them: with its mutex held, so that
+    def write(self, parts: list[Any], end: int, total: int) -> bool:
+        """Writes a record's parts (`total` bytes, ending at `end`) at the shard's
+        position where the thread's extension takes them (`C_WRITE_FROM`): with its mutex held, so that
         no zeros are written meanwhile (a record's `writev` waiting on the
         file's lock behind a `pwrite` of zeros cost it 3x), and keeping the GIL
         for up to 256 KiB (each hand-over of the GIL to the env thread and back
@@ -196,7 +201,7 @@ class WriteAhead:
         if zeros is None:
             return False
         try:
-            if WRITE_IN_C and zeros.write(parts, end):
+            if WRITE_IN_C and total >= C_WRITE_FROM and zeros.write(parts, end):
                 return True
             zeros.advance(end, 0)  # claims its bytes; the shard writes them
         except ValueError:  # a forked child writing its parent's shard (see `before`)

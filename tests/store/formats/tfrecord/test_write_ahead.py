@@ -469,6 +469,7 @@ def test_a_thread_short_of_cpu_is_asked_for_zeros_once_per_half_reach_not_per_re
     # was asked (and its mutex taken, the GIL let go) at nearly every record.
     _Lagging.real = write_ahead.zero_ahead_type()
     monkeypatch.setattr(write_ahead, "ZeroAhead", _Lagging)
+    monkeypatch.setattr(write_ahead, "C_WRITE_FROM", 0)  # these records through the thread too
     _Lagging.calls = 0
     record = b"\x0a" + os.urandom(20_700)
     path = tmp_path / "shard"
