@@ -185,9 +185,10 @@ class WriteAhead:
             return NEVER
 
     def write(self, parts: list[Any], end: int, total: int) -> bool:
-        """Writes a record's parts (`total` bytes, ending at `end`) at the shard's
-        position where the thread's extension takes them (`C_WRITE_FROM`): with its mutex held, so that
-        no zeros are written meanwhile (a record's `writev` waiting on the
+        """Writes a record's parts (`total` bytes, ending at `end`) at the
+        shard's position where the thread's extension takes them (writes of
+        `C_WRITE_FROM` bytes and more): with its mutex held, so that no zeros
+        are written meanwhile (a record's `writev` waiting on the
         file's lock behind a `pwrite` of zeros cost it 3x), and keeping the GIL
         for up to 256 KiB (each hand-over of the GIL to the env thread and back
         cost the writer thread a wake-up). Returns False, writing nothing, where
