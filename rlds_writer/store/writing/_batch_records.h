@@ -102,6 +102,23 @@ put_entry(unsigned char *p, const unsigned char *key, Py_ssize_t key_len, unsign
     return put_varint(p, payload);
 }
 
+/* What `encode` and `encode_ring` return: `(buffer, starts, lengths)`, record
+ * j's frame at starts[j] and its data lengths[j] bytes (int64 bytes each);
+ * NULL with an error set. */
+static inline PyObject *
+records_result(PyObject *buffer, const int64_t *starts, const int64_t *lengths, Py_ssize_t count)
+{
+    PyObject *result = NULL;
+    PyObject *s = PyBytes_FromStringAndSize((const char *)starts, sizeof(int64_t) * count);
+    PyObject *n = PyBytes_FromStringAndSize((const char *)lengths, sizeof(int64_t) * count);
+    if (s && n) {
+        result = PyTuple_Pack(3, buffer, s, n);
+    }
+    Py_XDECREF(s);
+    Py_XDECREF(n);
+    return result;
+}
+
 /* The module's functions (described in _batch_records.c) defined in other files:
  * _ring_records.c encode_ring, _ring_gather.c gather and plan. */
 __attribute__((visibility("hidden"))) PyObject *encode_ring(PyObject *module,

@@ -312,15 +312,7 @@ encode_ring(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (PyByteArray_Resize(buffer, total) < 0) {
         goto done;
     }
-    PyObject *starts_bytes = PyBytes_FromStringAndSize((const char *)record_start,
-                                                       sizeof(int64_t) * count);
-    PyObject *lengths_bytes = PyBytes_FromStringAndSize((const char *)data_len,
-                                                        sizeof(int64_t) * count);
-    if (starts_bytes && lengths_bytes) {
-        result = PyTuple_Pack(3, buffer, starts_bytes, lengths_bytes);
-    }
-    Py_XDECREF(starts_bytes);
-    Py_XDECREF(lengths_bytes);
+    result = records_result(buffer, record_start, data_len, count);
 done:
     Py_XDECREF(buffer);
     PyMem_Free(sizes);
