@@ -284,15 +284,11 @@ class TimeRing:
           1 truncated, 2 cut short) from one pass over the sub-envs.
         """
         plan = self._plan
-        count, total, oldest = batch_records.native.plan(
+        count, _, oldest = batch_records.native.plan(
             plan, mask, self.open, self.start, terminated, self.t
         )
         if not count:
             return None
-        return self.planned(count, total, oldest)
-
-    def planned(self, count: int, total: int, oldest: int) -> tuple[Any, ...]:
-        """`end_masked`'s result from the first `count` episodes of the reused plan."""
         # A small copy of the reused plan's rows (the batch keeps them): a fresh
         # [6, N] array each step would cost a page fault per row.
         envs, starts, rows_per, offsets, steps, reasons = self._plan[:, :count].copy()
