@@ -13,13 +13,6 @@
 
 #include "../formats/tfrecord/_crc32c.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HAVE_SSE42 1
-#include <nmmintrin.h>
-#else
-#define HAVE_SSE42 0
-#endif
-
 #if HAVE_SSE42
 
 static inline int

@@ -30,13 +30,6 @@
  * at import (its Python path runs instead) rather than called wrongly. */
 #define RLDS_ABI 2
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HAVE_SSE42 1
-#include <nmmintrin.h>
-#else
-#define HAVE_SSE42 0
-#endif
-
 #if HAVE_SSE42
 
 #define POLY 0x82f63b78u /* CRC-32C, bit-reflected */

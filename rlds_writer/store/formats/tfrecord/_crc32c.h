@@ -17,6 +17,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Whether the SSE4.2 CRC instruction is there: _crc32c and the extensions
+ * that take its checksum are built for it or not at all. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_SSE42 1
+#include <nmmintrin.h>
+#else
+#define HAVE_SSE42 0
+#endif
+
 #define CRC32C_CAPSULE "rlds_writer.store.formats.tfrecord._crc32c.C_API"
 /* The struct's layout, versioned: bump it whenever the struct changes. */
 #define CRC32C_API_VERSION 1
