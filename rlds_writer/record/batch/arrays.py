@@ -51,14 +51,26 @@ def host_array(value: Any, path: str) -> np.ndarray:
     if type(value) is np.ndarray:
         arr = value
     elif _is_torch(value):
-        tensor = value.detach()
-        if tensor.device.type != "cpu":
-            tensor = tensor.cpu()  # the batch's one device-to-host copy
-        if str(tensor.dtype) == "torch.bfloat16":  # numpy has no bfloat16
-            tensor = tensor.float()
-        arr = tensor.numpy()
+        try:
+            arr = _torch_host(value)
+        except (NotImplementedError, RuntimeError, TypeError) as e:  # meta, sparse, float8, ...
+            raise StepValueError(
+                path,
+                f"expected a dense numeric tensor, got a torch {value.dtype} {value.layout} "
+                f"tensor on {value.device} that numpy cannot read ({_first_line(e)}); "
+                "give a dense tensor with data (e.g. .to_dense().float())",
+            ) from None
     elif _module(value) in ("jax", "jaxlib"):
-        arr = np.asarray(value)  # one transfer from the device, if it is on one
+        try:
+            arr = np.asarray(value)  # one transfer from the device, if it is on one
+        except Exception as e:  # noqa: BLE001 - a tracer (inside jit/scan) and the like
+            raise StepValueError(
+                path,
+                f"got a {type(value).__name__} with no value on the host ({type(e).__name__}); "
+                "record outside jit/scan: pass the arrays the jitted function returns",
+            ) from None
+        if arr.dtype.kind == "V" and arr.dtype.itemsize <= 2 and arr.dtype.names is None:
+            arr = arr.astype(np.float32)  # bfloat16/float8 (ml_dtypes), as torch's bfloat16
     elif isinstance(value, np.generic) or hasattr(value, "__array__"):
         arr = np.asarray(value)
     elif hasattr(value, "__dlpack__"):
@@ -86,6 +98,19 @@ def host_array(value: Any, path: str) -> np.ndarray:
             "ragged batches are not recorded: give one numeric array with a leading env axis",
         )
     return arr
+
+
+def _torch_host(value: Any) -> np.ndarray:
+    tensor = value.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()  # the batch's one device-to-host copy
+    if str(tensor.dtype) == "torch.bfloat16" or "float8" in str(tensor.dtype):
+        tensor = tensor.float()  # numpy has no bfloat16 or float8
+    return tensor.numpy()
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0]
 
 
 def host_batch(value: Any, path: str) -> np.ndarray:

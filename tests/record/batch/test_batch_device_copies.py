@@ -74,3 +74,28 @@ def test_device_batches_are_copied_to_the_host_once_per_field_not_per_sub_env(tm
     expected = 1 + T * (3 + 1)
     assert len(copies) == expected and all(shape[0] == N for shape in copies)
     assert _DLPackOnly.reads == expected
+
+
+def test_tensors_numpy_cannot_read_are_refused_by_field_and_low_precision_floats_widened(
+    tmp_path,
+):
+    torch = pytest.importorskip("torch")
+    jnp = pytest.importorskip("jax.numpy")
+    from rlds_writer.errors import StepValueError
+    from rlds_writer.record.batch.arrays import host_array
+
+    config = spaces.spaces_config(
+        gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-1, 1, (2,), np.float32), "dev"
+    )
+    rec = BatchRecorder(tmp_path, config, N)
+    rec.begin(np.zeros((N, 3), np.float32))
+    # A tensor with no data (meta device) or one numpy cannot view: the field, not torch's error.
+    for bad in (torch.empty((N, 3), device="meta"), torch.zeros((N, 3)).to_sparse()):
+        with pytest.raises(StepValueError, match="^steps/observation: expected a dense numeric"):
+            rec.add(np.zeros((N, 2), np.float32), np.ones(N), None, bad)
+    rec.add(np.zeros((N, 2), np.float32), np.ones(N), None, np.zeros((N, 3), np.float32))
+    rec.close()
+    assert rec.episodes_written == N  # the refused steps left nothing behind
+    # JAX's bfloat16 is a float, as torch's is (both widened to float32), not "not numbers".
+    for value in (jnp.full((2,), 1.5, jnp.bfloat16), torch.full((2,), 1.5, dtype=torch.bfloat16)):
+        assert host_array(value, "x").tolist() == [1.5, 1.5]
