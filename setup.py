@@ -31,7 +31,15 @@ _CORE = [
 _EXTRAS = {
     # gymnasium>=1.1 for vector autoreset modes (gymnasium.vector.AutoresetMode).
     "gymnasium": ["gymnasium>=1.1,<2"],
-    "rllib": ["gymnasium>=1.1,<2", "ray[rllib]>=2.40,<3", "torch>=2.2"],
+    # msgpack-numpy: RLlib's episode schema (offline_config(schema="episodes"), which
+    # docs/reader.md's example uses); RLlib needs it there but does not require it.
+    "rllib": [
+        "gymnasium>=1.1,<2",
+        "ray[rllib]>=2.40,<3",
+        "torch>=2.2",
+        "msgpack>=1.0",
+        "msgpack-numpy>=0.4.8",
+    ],
     # PettingZoo wrappers; the tests also use butterfly (pygame) and MPE (mpe2) envs.
     "pettingzoo": ["gymnasium>=1.1,<2", "pettingzoo>=1.24", "pygame-ce>=2.4", "mpe2>=1.0"],
     "torch": ["torch>=2.2"],

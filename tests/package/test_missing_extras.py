@@ -201,7 +201,7 @@ def test_import_never_fails_and_using_the_feature_names_the_extra():
             "    offline_config(BCConfig(), SRC, schema='episodes')",
             "msgpack_numpy",
             "reading RLlib's episode schema (offline_config(schema='episodes')) needs "
-            'msgpack_numpy, which is not installed: pip install "rlds_writer[rllib,convert]"',
+            'msgpack_numpy, which is not installed: pip install "rlds_writer[rllib]"',
             marks=pytest.mark.slow,  # imports RLlib: 10-20 s
             id="offline_config-episodes",
         ),
@@ -258,3 +258,10 @@ def test_each_optional_module_is_installed_by_the_extra_named_for_it():
     for fmt in [*FORMATS.values(), *EXPORT_FORMATS.values()]:
         for extra in (fmt.extra or "").split(","):
             assert not extra or extra in extras, (fmt, extra)
+
+
+def test_the_rllib_extra_installs_what_the_documented_offline_examples_import():
+    # docs/reader.md's MARWIL example reads RLlib's episode schema (msgpack'd episodes):
+    # a user with only the `rllib` extra the docs name could not run it.
+    names = {re.split(r"[\[<>=!~ ;]", r, maxsplit=1)[0].lower() for r in _setup_extras()["rllib"]}
+    assert {"ray", "torch", "msgpack", "msgpack-numpy"} <= names, names

@@ -283,7 +283,7 @@ def _need_msgpack() -> None:
         import_optional(
             module,
             "reading RLlib's episode schema (offline_config(schema='episodes'))",
-            "rllib,convert",
+            "rllib",
         )
 
 
