@@ -274,7 +274,10 @@ class RLDSDatasource(Datasource):
             per_episode = nbytes / max(1, b - a)
             start = a
             while start < b:
-                room = max(1, int((target - group_bytes) // max(per_episode, 1)))
+                # Episodes of under a byte only in a listing that lies (declared counts
+                # far over the bytes): they go in the group as they are, never one
+                # group per `target` of them (10**14 declared episodes were 10**8 groups).
+                room = max(1, int((target - group_bytes) // per_episode)) if per_episode else b
                 if group and group_bytes + per_episode > target:
                     yield group, first, int(group_bytes)
                     group, group_bytes, first = [], 0, index

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import struct
 
 import crash_child
@@ -91,6 +92,30 @@ def test_a_symlinked_shard_is_refused_by_merge(dataset, outside, tmp_path):
         rlds_writer.merge([dataset], tmp_path / "merged", move=True, recover_sources=False)
     _untouched(outside)
     assert os.path.islink(_shard(dataset, 3))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_shard_that_is_not_a_regular_file_is_refused_not_waited_on(dataset, kind):
+    # A FIFO blocked open() forever (recover, open_dataset, the Ray datasource, the
+    # torch stream); a directory gave "[Errno 21] Is a directory: 6".
+    shard = _shard(dataset, 1)
+    shard.unlink()
+    os.mkfifo(shard) if kind == "fifo" else shard.mkdir()
+    message = f"{shard}: a {'FIFO' if kind == 'fifo' else 'directory'}, not a regular file"
+
+    def timeout(*args):
+        raise TimeoutError("blocked on the planted file")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(30)
+    try:
+        with pytest.raises(RLDSWriterError, match=message):
+            rlds_writer.recover(dataset)
+        with pytest.raises(RLDSWriterError, match=message):
+            rlds_writer.open_dataset(dataset)["train"][3]
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 # -------------------------------------------------- names reaching outside

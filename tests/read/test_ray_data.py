@@ -83,6 +83,35 @@ def test_read_tasks_hold_whole_episodes_sized_by_bytes(cameras):
     assert [block.num_rows for block in task()] == [3]
 
 
+def test_a_listing_declaring_huge_episode_counts_plans_few_tasks_and_fails_reading(
+    cameras, tmp_path
+):
+    # 10**10 episodes declared over a shard's few KB: planning cut them into runs of
+    # a MiB "of them", ~10**4 runs (10**14 hung the driver, growing one list); the
+    # listing's lie shows when a task reads.
+    import json
+    import shutil
+
+    from rlds_writer.errors import CorruptRecordError
+
+    hostile = tmp_path / "hostile"
+    shutil.copytree(cameras, hostile)
+    info = json.loads((hostile / "dataset_info.json").read_text())
+    info["splits"][0]["shardLengths"][-1] = str(10**10)
+    (hostile / "dataset_info.json").write_text(json.dumps(info))
+
+    def runs(source):
+        return sum(len(runs) for runs, _, _ in source._groups(1 << 20))
+
+    source = ray_data.RLDSDatasource(hostile, "train")
+    assert runs(source) <= runs(ray_data.RLDSDatasource(cameras, "train")) + 1
+    tasks = source.get_read_tasks(parallelism=2)
+    with pytest.raises(CorruptRecordError, match="tfrecord-00002"):
+        for task in tasks:
+            for _ in task():
+                pass
+
+
 def test_transition_rows_follow_the_transition_rules(ray_session, cameras):
     ds = ray_data.read_rlds(cameras, "train[1:5]", rows="transitions")
     reader = rlds_writer.open_dataset(cameras)

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO, Protocol
 
-from rlds_writer.errors import StorageNotSupportedError
+from rlds_writer.errors import IncompatibleDatasetError, StorageNotSupportedError
 
 _IOV_MAX = 1024
 # Bytes per `writev` call of a large record (see `writev_all`).
@@ -382,7 +383,7 @@ class LocalRandomAccess:
 
     def __init__(self, path: str):
         self.path = path
-        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self._fd = open_regular(path)
         self.size = os.fstat(self._fd).st_size
 
     def read_at(self, offset: int, n: int) -> bytes:
@@ -401,6 +402,30 @@ class LocalRandomAccess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def open_regular(path: str, flags: int = 0) -> int:
+    """A read-only descriptor of the regular file `path` (`flags` added, e.g. `O_NOFOLLOW`).
+
+    Opened with `O_NONBLOCK`: a FIFO planted as a shard would block the open
+    forever (the flag changes nothing for a regular file's reads).
+
+    Raises:
+      IncompatibleDatasetError: `path` is a directory, FIFO, socket or device.
+    """
+    flags |= os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode):
+        return fd
+    os.close(fd)
+    kinds = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket"}
+    kinds.update({stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device"})
+    kind = next((name for test, name in kinds.items() if test(mode)), "a special file")
+    raise IncompatibleDatasetError(
+        f"{path}: {kind}, not a regular file; rlds_writer reads a dataset's files only "
+        "from regular files. Replace it with the file itself"
+    )
 
 
 class LocalShardSink:

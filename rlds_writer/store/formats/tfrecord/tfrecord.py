@@ -265,7 +265,7 @@ def scan(path: str | os.PathLike, verify_data: bool = True, resync: bool = False
             return _scan(_RangeBuffer(remote), remote.size, verify_data, resync)
         finally:
             remote.close()
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    fd = storage.open_regular(os.fspath(path), getattr(os, "O_NOFOLLOW", 0))
     try:
         size = os.fstat(fd).st_size
         if size == 0:
