@@ -12,13 +12,17 @@ copies from a moto S3 server with no shared file system:
   reading the same RLDS shards through `tf.data` with parallel interleave
   (`builder.as_dataset(read_config=ReadConfig(num_parallel_calls_for_interleave_files=AUTOTUNE))`,
   steps flattened and batched by 1024, as numpy: steps, not pairs);
-* **transitions per second into RLlib's learner**: BC, `train()` with
-  `train_batch_size_per_learner=1024` after two warm-up iterations, from
+* **transitions per second into RLlib's learner**: BC (or `--algo marwil`),
+  `train()` with `train_batch_size_per_learner=1024` after two warm-up
+  iterations (the timed calls), and over the whole run (every call, the first
+  two, where the read starts, included: what a user's training gets), from
   `offline_config(BCConfig(), path)` (the datasource, column schema, with
   its `RLDSPreLearner`) against `offline_data(input_=[export])` (RLlib's
   default `read_parquet` path and `OfflinePreLearner`); and, to show which
-  part does what, each input with the other's pre-learner. The inputs take
-  turns within each repetition (A, B, C, D, A, B, ...); medians and ranges.
+  part does what, each input with the other's pre-learner (not with
+  `--defaults-only`). The inputs take turns within each repetition, in an
+  order that turns every repetition (A, B, B, A, ...); medians and ranges.
+  `--stream` keeps nothing in memory (every epoch reads and maps again).
 
 Run Ray in a loopback-only network namespace, under the machine's locks:
 
@@ -130,18 +134,27 @@ def _learner_rate(config, iterations: int) -> tuple[float, float, float, float]:
     return iterations * BATCH / seconds, load, warm, whole
 
 
-def _learner_configs(path: str, export: str, parquet_fs=None, stream: bool = False) -> dict:
+def _learner_configs(
+    path: str,
+    export: str,
+    parquet_fs=None,
+    stream: bool = False,
+    algo: str = "bc",
+    swapped: bool = True,
+) -> dict:
     import gymnasium as gym
     from ray.rllib.algorithms.bc import BCConfig
+    from ray.rllib.algorithms.marwil import MARWILConfig
     from ray.rllib.offline.offline_prelearner import OfflinePreLearner
 
     from rlds_writer.interop.formats.rllib.offline import offline_config
     from rlds_writer.interop.formats.rllib.prelearner import RLDSPreLearner
 
     def base():
-        config = BCConfig().training(train_batch_size_per_learner=BATCH).debugging(seed=0)
+        made = {"bc": BCConfig, "marwil": MARWILConfig}[algo]()
+        config = made.training(train_batch_size_per_learner=BATCH).debugging(seed=0)
         if stream:  # every epoch reads and maps again (a dataset larger than memory)
-            config = config.offline_data(materialize_mapped_data=False)
+            config = config.offline_data(materialize_data=False, materialize_mapped_data=False)
         return config
 
     # The same pool for every input: RLlib's default (2 x 1 CPU) starves its
@@ -165,16 +178,20 @@ def _learner_configs(path: str, export: str, parquet_fs=None, stream: bool = Fal
             .offline_data(input_=[export], **chosen, **parquet, **common)
         )
 
-    return {
+    configs = {
         "RLDS datasource + RLDSPreLearner (offline_config's default)": lambda: offline_config(
             base(), path, **spaces, **common
         ),
         "Parquet export + RLlib's OfflinePreLearner (RLlib's default)": lambda: theirs(None),
-        "RLDS datasource + RLlib's OfflinePreLearner": lambda: offline_config(
-            base(), path, **spaces, prelearner_class=OfflinePreLearner, **common
-        ),
-        "Parquet export + RLDSPreLearner": lambda: theirs(RLDSPreLearner),
     }
+    if swapped:
+        configs |= {
+            "RLDS datasource + RLlib's OfflinePreLearner": lambda: offline_config(
+                base(), path, **spaces, prelearner_class=OfflinePreLearner, **common
+            ),
+            "Parquet export + RLDSPreLearner": lambda: theirs(RLDSPreLearner),
+        }
+    return configs
 
 
 def _prelearner_rates(path: str, repetitions: int) -> dict[str, list[float]]:
@@ -239,15 +256,19 @@ def _measure(path: str, export: str, args, parquet_fs=None, tfds_path=None):
         reads["tfds + tf.data interleave (steps)"] = _rows_per_second(
             lambda: _tfds_steps(tfds_path), args.repetitions
         )
-    configs = _learner_configs(path, export, parquet_fs, args.stream)
+    configs = _learner_configs(
+        path, export, parquet_fs, args.stream, args.algo, not args.defaults_only
+    )
     learners: dict[str, list] = {name: [] for name in configs}
-    for _ in range(args.repetitions):  # interleaved: each input once per round
-        for name, make in configs.items():
+    for repetition in range(args.repetitions):  # interleaved: each input once per round
+        # The order turns every round (A, B, B, A, ...): no input always runs first.
+        order = list(configs.items())
+        for name, make in order if repetition % 2 == 0 else order[::-1]:
             learners[name].append(_learner_rate(make(), args.iterations))
     return reads, learners
 
 
-def _table(reads, learners, args) -> list[str]:
+def _table(reads, learners, args, transitions: int) -> list[str]:
     prelearners = learners.pop("prelearners", None)
     lines = [
         f"Read throughput (best of {args.repetitions}, `iter_batches(batch_size={BATCH})`):",
@@ -260,24 +281,31 @@ def _table(reads, learners, args) -> list[str]:
         lines.append(f"| {name} ({rows:,} rows) | {rate:,.0f} | {rate / parquet:.2f}x |")
     lines += [
         "",
-        f"Into RLlib's learner (BC, batch {BATCH}, {args.iterations} `train()` calls after 2 "
-        f"warm-up ones, one local learner; {args.repetitions} repetitions, the inputs taking "
-        "turns; median [min - max]; 1-minute load average before each run):",
+        f"Into RLlib's learner ({args.algo.upper()}, batch {BATCH}, {args.iterations} timed "
+        f"`train()` calls after 2 warm-up ones ({(args.iterations + 2) * BATCH / transitions:.2f} "
+        f"epochs in all), one local learner; {args.repetitions} repetitions, each in a fresh "
+        "algorithm, the inputs taking turns in an order that turns every round; median [min - "
+        "max]; 1-minute load average before each run). *Timed calls*: the rate of the calls "
+        "after the first two; *whole run*: all calls' transitions over all their seconds, the "
+        "first two included (where the read and the mapping start), what a user's training "
+        "gets:",
         "",
-        "| input + pre-learner | transitions/s | vs RLlib's default | first 2 calls (s) | "
-        "transitions/s with them | load |",
-        "|---|---|---|---|---|---|",
+        "| input + pre-learner | transitions/s, timed calls | vs RLlib's default | first 2 "
+        "calls (s) | transitions/s, whole run | vs RLlib's default | load |",
+        "|---|---|---|---|---|---|---|",
     ]
     default = learners["Parquet export + RLlib's OfflinePreLearner (RLlib's default)"]
     reference = float(np.median([run[0] for run in default]))
+    whole_reference = float(np.median([run[3] for run in default]))
     for name, runs in learners.items():
         rates, loads, warms, wholes = (list(column) for column in zip(*runs))
-        median = float(np.median(rates))
+        median, whole = float(np.median(rates)), float(np.median(wholes))
         lines.append(
             f"| {name} | {median:,.0f} [{min(rates):,.0f} - {max(rates):,.0f}] | "
             f"{median / reference:.2f}x | {np.median(warms):.1f} [{min(warms):.1f} - "
-            f"{max(warms):.1f}] | {np.median(wholes):,.0f} [{min(wholes):,.0f} - "
-            f"{max(wholes):,.0f}] | {min(loads):.1f} - {max(loads):.1f} |"
+            f"{max(warms):.1f}] | {whole:,.0f} [{min(wholes):,.0f} - "
+            f"{max(wholes):,.0f}] | {whole / whole_reference:.2f}x | "
+            f"{min(loads):.1f} - {max(loads):.1f} |"
         )
     if prelearners:
         lines += [
@@ -369,6 +397,30 @@ def _two_nodes(args, tmp: str):
     return transitions, sizes, reads, learners
 
 
+def _what_the_calls_hold(args) -> str:
+    if args.stream:
+        return (
+            "Streaming (`materialize_data=False, materialize_mapped_data=False`): nothing is "
+            "kept in memory, every epoch reads and maps its transitions again while the "
+            "learner trains, and RLlib makes its pre-learner actor anew at each epoch (for "
+            "both inputs): the timed calls hold the input's whole cost."
+        )
+    if args.algo == "marwil":
+        return (
+            "MARWIL keeps the read rows in memory by default (`materialize_data=True`) and "
+            "maps them in every call (`materialize_mapped_data=False`: its advantages need "
+            "the current value network): the first call reads every transition, the timed "
+            "calls hold the pre-learner's work (episodes, GAE) but not the read."
+        )
+    return (
+        "BC keeps the mapped epoch in memory by default (`materialize_mapped_data=True`): "
+        "the first `train()` call reads and maps every transition, the timed calls after the "
+        "2 warm-up ones iterate the learner's batches from memory, so no input runs in them "
+        "(py-spy: no read task or pre-learner active); the input's own cost is in the first "
+        "2 calls, so in the whole run's rate, and in every epoch with `--stream`."
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=300)
@@ -384,8 +436,20 @@ def main() -> None:
     parser.add_argument(
         "--stream",
         action="store_true",
-        help="materialize_mapped_data=False: every epoch reads and maps again (BC keeps "
-        "the mapped epoch in memory by default, so the timed calls hold no input)",
+        help="materialize_data=materialize_mapped_data=False: every epoch reads and maps "
+        "again (BC keeps the mapped epoch in memory by default, so the timed calls hold no "
+        "input; MARWIL the read rows, mapping them in every call)",
+    )
+    parser.add_argument(
+        "--algo",
+        choices=("bc", "marwil"),
+        default="bc",
+        help="the offline algorithm, with RLlib's defaults for what it keeps in memory",
+    )
+    parser.add_argument(
+        "--defaults-only",
+        action="store_true",
+        help="only each input with its default pre-learner (not the swapped pairs)",
     )
     add_report_argument(parser)
     args = parser.parse_args()
@@ -401,6 +465,10 @@ def main() -> None:
         nodes += f" --torch-threads {args.torch_threads}"
     if args.stream:
         nodes += " --stream"
+    if args.algo != "bc":
+        nodes += f" --algo {args.algo}"
+    if args.defaults_only:
+        nodes += " --defaults-only"
     where = (
         "one local Ray with 2 CPUs"
         if args.nodes == 1
@@ -408,7 +476,9 @@ def main() -> None:
         "both copies read from a moto S3 server, all on loopback in one network namespace"
     )
     lines = [
-        (SECTION if args.nodes == 1 else SECTION_2) + (STREAM if args.stream else ""),
+        (SECTION if args.nodes == 1 else SECTION_2)
+        + (f" ({args.algo.upper()})" if args.algo != "bc" else "")
+        + (STREAM if args.stream else ""),
         "",
         f"Generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by "
         "`flock /tmp/rlds-bench.lock flock /tmp/rlds-ray.lock unshare --net --pid --fork "
@@ -421,7 +491,7 @@ def main() -> None:
         f"(noisy figures). RLDS: {sizes[0] / 1e6:.1f} MB; the Parquet export, a second "
         f"copy: {sizes[1] / 1e6:.1f} MB.",
         "",
-        *_table(reads, learners, args),
+        *_table(reads, learners, args, transitions),
         "",
         "Both inputs feed the same learner through one pre-learner actor of 1 CPU "
         "(`map_batches_kwargs={'concurrency': 1, 'num_cpus': 1}`: RLlib's default pool of "
@@ -431,13 +501,7 @@ def main() -> None:
         "reads and the learner. With the load this high the runs vary by several times: "
         "read the medians with their ranges.",
         "",
-        "BC keeps the mapped epoch in memory by default (`materialize_mapped_data=True`): "
-        "the first `train()` call reads and maps every transition, the timed calls after the "
-        "2 warm-up ones iterate the learner's batches from memory, so no input runs in them "
-        "(py-spy: no read task or pre-learner active). What differs by input in them is "
-        "the blocks the learner iterates (RLDSOfflineData reads a few large ones, "
-        "read_parquet one per file), and nothing else we found; the input's own cost is "
-        "in the first 2 calls, and in every epoch with `--stream`.",
+        _what_the_calls_hold(args),
         "",
     ]
     if args.nodes == 2:

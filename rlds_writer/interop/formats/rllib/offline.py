@@ -24,6 +24,8 @@ one `SingleAgentEpisode` per run of an episode in a batch, not per row)
 unless `prelearner_class` names another. The pre-learner actor pool is sized
 to leave the read tasks a CPU (`prelearner_resources`): RLlib's default of
 2 actors x 1 CPU holds every CPU of a 2-CPU Ray and training waits forever.
+The actors start without the TensorFlow RLlib would import
+(`prelearner_runtime_env`).
 
 Refused, with a one-line error: `input_read_sample_batches=True` (the old
 stack's `SampleBatch` rows), multi-agent configs (RLlib reads no multi-agent
@@ -276,6 +278,26 @@ def prelearner_resources(
     return {"concurrency": 1, "num_cpus": max(room, 0.0)}
 
 
+def prelearner_runtime_env(config: Any) -> dict[str, Any]:
+    """`map_batches` settings that start the pre-learner actors without TensorFlow.
+
+    RLlib's modules import TensorFlow wherever it is installed (`try_import_tf`,
+    at import): in every pre-learner actor that is ~4 s of CPU and ~0.6 GB
+    taken beside the read tasks, and again each epoch when the mapped data is
+    not kept in memory (RLlib makes the actors anew). The new API stack maps
+    and learns with torch only, so the actors get RLlib's own switch,
+    `RLLIB_TEST_NO_TF_IMPORT` (Ray merges it into the job's environment).
+    Kept as the user set it: a `runtime_env` in `map_batches_kwargs`, or a
+    framework other than torch.
+
+    Returns:
+      `{"runtime_env": {"env_vars": ...}}` to merge into `map_batches_kwargs`, or `{}`.
+    """
+    if "runtime_env" in (config.map_batches_kwargs or {}) or config.framework_str != "torch":
+        return {}
+    return {"runtime_env": {"env_vars": {"RLLIB_TEST_NO_TF_IMPORT": "1"}}}
+
+
 def _need_msgpack() -> None:
     """The episode schema's packers, checked on the driver: a read task's ImportError
     comes late, buried in Ray's traceback."""
@@ -317,6 +339,7 @@ class RLDSOfflineData(OfflineData):
         self.map_batches_kwargs |= prelearner_resources(
             config, _read_cpus(self.data_read_method_kwargs)
         )
+        self.map_batches_kwargs |= prelearner_runtime_env(config)
         self.iter_batches_kwargs = self.default_iter_batches_kwargs | config.iter_batches_kwargs
         self.returned_streaming_split = False
         self.prelearner_class = config.prelearner_class or RLDSPreLearner
