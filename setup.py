@@ -105,7 +105,9 @@ def _extensions() -> list[Extension]:
     ahead of a shard's records (rlds_writer/store/formats/tfrecord/write_ahead.py), the
     batch recorder's gather and record encoding (rlds_writer/store/writing/batch_records.py),
     the float32 columns' NaN scan (rlds_writer/store/features/field_encoding.py) and a
-    vector step's ring bookkeeping (rlds_writer/record/batch/vector_step.py), all optional.
+    vector step's ring bookkeeping (rlds_writer/record/batch/vector_step.py) and raw-bytes
+    frames copied into their sub-envs' chunks (rlds_writer/record/batch/frame_chunks.py),
+    all optional.
 
     Without a C compiler the build warns and goes on: the package records with
     its Python step, google_crc32c, zeros written on the recording thread, and
@@ -169,6 +171,11 @@ def _extensions() -> list[Extension]:
             ],
             include_dirs=[numpy.get_include()],
             depends=["rlds_writer/record/batch/_vector_step.h"],
+            optional=True,
+        ),
+        Extension(
+            "rlds_writer.record.batch._frame_rows",
+            ["rlds_writer/record/batch/_frame_rows.c"],
             optional=True,
         ),
     ]

@@ -85,7 +85,7 @@ _RECORD = textwrap.dedent(
     import rlds_writer
     from rlds_writer.envs import catch
     from rlds_writer.record import step_kernel
-    from rlds_writer.record.batch import vector_step
+    from rlds_writer.record.batch import frame_chunks, vector_step
     from rlds_writer.store.features import field_encoding
     from rlds_writer.store.writing import batch_records
     from rlds_writer.store.formats.tfrecord import tfrecord, write_ahead
@@ -104,6 +104,7 @@ _RECORD = textwrap.dedent(
         field_encoding.quiet_nans is not field_encoding.numpy_quiet_nans,
         vector_step.native is not None,
         batch_records.native is not None,
+        frame_chunks._native_rows is not None,
     )
     """
 )
@@ -147,7 +148,7 @@ def test_a_stale_build_is_refused_at_import_with_its_rebuild_command_and_recordi
         timeout=300,
     )
     assert stale.returncode == 0, stale.stderr[-3000:]
-    assert stale.stdout.split() == ["False"] * 6, stale.stdout  # every Python path
+    assert stale.stdout.split() == ["False"] * 7, stale.stdout  # every Python path
     warnings = [line for line in stale.stderr.splitlines() if "built from other sources" in line]
     assert len(warnings) == len(extensions), stale.stderr[-3000:]  # one each, once
     for e in extensions:
@@ -166,5 +167,5 @@ def test_a_stale_build_is_refused_at_import_with_its_rebuild_command_and_recordi
         timeout=300,
     )
     assert here.returncode == 0, here.stderr[-3000:]
-    assert here.stdout.split() == ["True"] * 6, here.stdout  # every C path
+    assert here.stdout.split() == ["True"] * 7, here.stdout  # every C path
     assert _shards(tmp_path / "stale") and _shards(tmp_path / "stale") == _shards(tmp_path / "here")

@@ -227,7 +227,7 @@ class BatchRecorder:
         picked = np.flatnonzero(mask)
         envs = picked if ids is None else ids[picked]
         if self._frames is not None:
-            self._frames.encode(values, picked, rows, begun=ids is None)
+            self._frames.encode(values, picked, rows, begun=ids is None, ids=ids)
         reopen = envs[self._ring.open[envs]]
         if len(reopen):
             self._end_envs(reopen, False, cut_short=True)
@@ -271,8 +271,8 @@ class BatchRecorder:
             discount=discount,
         )
         if self._frames is not None:  # the frames of the sub-envs in an episode
-            recorded = self._ring.open if ids is None else self._ring.open[ids]
-            self._frames.encode(values, np.flatnonzero(recorded), len(recorded), added=ids is None)
+            live = self._ring.open if ids is None else self._ring.open[ids]
+            self._frames.encode(values, np.flatnonzero(live), len(live), added=ids is None, ids=ids)
         if ids is None:
             self._ring.write(values)
         else:
@@ -299,8 +299,9 @@ class BatchRecorder:
                 value = cast_single(field.spec, value)
                 if self._frames is not None and field.key in self._frames.specs:
                     self._frames.moved(field.key, i)
-                    ring.ring[field.key][row, i] = self._frames.encode_one(field.key, value)
-                    ring.ring[field.key + POSITION][row, i] = 0
+                    handle, place = self._frames.encode_one(field.key, value, i)
+                    ring.ring[field.key][row, i] = handle
+                    ring.ring[field.key + POSITION][row, i] = place
                 else:
                     ring.ring[field.key][row, i] = value
 

@@ -17,13 +17,12 @@ Raw frames are held only until encoded: the env thread waits when the
 frames handed over and not yet encoded pass `PENDING_BYTES`.
 
 Raw-bytes frames (`image_encoding="bytes"`, rows of at least
-`ring.LARGE_ROWS` bytes) need no codec: their one copy at the step is into a
-`bytes` per frame (`_copy_rows`), which the ring keeps as the frame's handle
-(its place unused). Only references then move when an episode that outgrows
-the ring is spilled (21 KB frames of 64 sub-envs fill the default ring in 32
-steps, so nearly every episode is), and when it ends its frames are the
-`RowBytes` the writer writes as they are (no join, no other copy): the
-single-env recorder's bytes, so the same records.
+`ring.LARGE_ROWS` bytes) need no codec: their one copy at the step is into
+their sub-env's framed chunk (`frame_chunks.py`, one C call per field per
+step), and the ring keeps the chunk and the frame's place in it. When an
+episode ends its frames are the chunks' framed runs, which the writer hashes
+and writes as they are (no join, no other copy): the single-env recorder's
+parts, so the same records.
 """
 
 from __future__ import annotations
@@ -33,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from rlds_writer.record.batch.frame_chunks import FrameChunks
 from rlds_writer.record.batch.ring import LARGE_ROWS, OBSERVATION_LIKE, BatchField
 from rlds_writer.store.episodes import interrupts
-from rlds_writer.store.episodes.episode_data import RowBytes
 from rlds_writer.store.features import field_specs
 from rlds_writer.store.features.field_specs import jpeg_quality_of
 from rlds_writer.store.images import frame_stream
@@ -84,13 +83,6 @@ def streamable(spec: field_specs.FieldSpec, role: str, threads: int = 1) -> bool
     return threads > 0 and spec.kind in (field_specs.PNG, field_specs.JPEG)
 
 
-def _copy_rows(frames: np.ndarray, slices: np.ndarray, where: Any) -> None:
-    """Copies each row of `frames` into a `bytes` of its own, at `slices[where]`."""
-    # One `bytes` per frame, not one array for the step: each episode frees
-    # its frames alone (a step's array would live as long as its longest episode).
-    slices[where] = [row.tobytes() for row in frames]
-
-
 class BatchFrames:
     """The streamed image fields of a batch recorder.
 
@@ -101,7 +93,10 @@ class BatchFrames:
 
     def __init__(self, specs: list[field_specs.FieldSpec], threads: int, num_envs: int):
         self.specs = {s.key: s for s in specs}
-        self.copied = {s.key for s in specs if s.kind == field_specs.BYTES}  # no codec
+        # Raw-bytes fields (no codec): their frames in each sub-env's framed chunks.
+        self.copied = {
+            s.key: FrameChunks(s, num_envs) for s in specs if s.kind == field_specs.BYTES
+        }
         self.codecs = {s.key: _Codec(s) for s in specs if s.key not in self.copied}
         self.threads = max(1, threads)
         self._pending: collections.deque[tuple[frame_stream._Batch, int]] = collections.deque()
@@ -115,9 +110,10 @@ class BatchFrames:
     def ring_fields(self, field: BatchField) -> list[BatchField]:
         """The two ring columns that stand for a streamed field's frames."""
         nbytes = field.spec.row_nbytes
+        place = np.int64 if field.key in self.copied else np.int32
         return [
             BatchField(_HandleSpec(field.key, object, nbytes), field.role),  # type: ignore[arg-type]
-            BatchField(_HandleSpec(field.key + POSITION, np.int32, 0), field.role),  # type: ignore[arg-type]
+            BatchField(_HandleSpec(field.key + POSITION, place, 0), field.role),  # type: ignore[arg-type]
         ]
 
     def encode(
@@ -128,6 +124,7 @@ class BatchFrames:
         *,
         added: bool = False,
         begun: bool = False,
+        ids: np.ndarray | None = None,
     ) -> None:
         """Replaces each streamed field's batch in `values` by its frames' handles.
 
@@ -139,13 +136,14 @@ class BatchFrames:
           added: a whole step `add`ed (row `i` is sub-env `i`): kept for `begin`.
           begun: episodes begun by `begin` of a whole batch: rows of the step
             just added that `replace` took out of the ring are taken as they are.
+          ids: the sub-env of each batch row (None: row `i` is sub-env `i`).
         """
         for key, spec in self.specs.items():
             batch = values.get(key)
             if batch is None:
                 continue
             slices = np.empty(n, object)
-            places = np.zeros(n, np.int32)
+            places = np.zeros(n, np.int64 if key in self.copied else np.int32)
             todo = rows
             if begun and rows is not None and key in self._last:
                 todo = self._take_moved(key, batch, rows, slices, places)
@@ -153,9 +151,11 @@ class BatchFrames:
                 todo = None  # every row: a slice copies faster than an index
             if key in self.copied:
                 if todo is None:
-                    _copy_rows(np.asarray(batch, spec.dtype), slices, slice(None))
+                    envs = np.arange(n) if ids is None else ids
+                    slices[:], places[:] = self.copied[key].copy(batch, None, envs)
                 elif len(todo):
-                    _copy_rows(np.asarray(batch[todo], spec.dtype), slices, todo)
+                    envs = todo if ids is None else ids[todo]
+                    slices[todo], places[todo] = self.copied[key].copy(batch, todo, envs)
             # The one copy of the frames (the env may reuse its buffers): an
             # index copies, and a cast of another dtype does.
             elif todo is None:
@@ -184,7 +184,10 @@ class BatchFrames:
         if last is not batch:
             return rows
         moved = self._moved[key]
-        take = moved[rows] & np.not_equal(last_slices[rows], None)
+        if key in self.copied:  # a chunk's places are never 0 (its number is at least 1)
+            take = moved[rows] & (last_places[rows] != 0)
+        else:
+            take = moved[rows] & np.not_equal(last_slices[rows], None)
         if not take.any():
             return rows
         reused = rows[take]
@@ -193,15 +196,17 @@ class BatchFrames:
         moved[reused] = False  # each frame enters one episode
         return rows[~take]
 
-    def encode_one(self, key: str, frame: np.ndarray) -> frame_stream._Batch | bytes:
+    def encode_one(self, key: str, frame: np.ndarray, i: int) -> tuple[Any, int]:
         """Hands one frame (sub-env `i`'s final observation) to the threads (a
-        raw-bytes frame: its copy)."""
+        raw-bytes frame: copies it into the sub-env's chunk); returns its handle
+        and place."""
         if key in self.copied:
-            return np.ascontiguousarray(frame, self.specs[key].dtype).tobytes()
+            handles, places = self.copied[key].copy(frame[None], None, np.array([i], np.int64))
+            return handles[0], int(places[0])
         frames = np.array(frame[None], self.specs[key].dtype, copy=True, order="C")
         slices = np.empty(1, object)
         self._submit(key, frames, np.zeros(1, np.int64), slices, np.zeros(1, np.int32))
-        return slices[0]
+        return slices[0], 0
 
     def _submit(
         self,
@@ -238,9 +243,9 @@ class BatchFrames:
     def episode_columns(self, columns: dict[str, Any]) -> None:
         """Turns one episode's gathered frame handles into `EncodedFrames`, in place."""
         for key, spec in self.specs.items():
-            if key in self.copied:  # the frames' own bytes: written as they are
-                del columns[key + POSITION]
-                columns[key] = RowBytes(columns[key].tolist(), spec.shape, spec.dtype)
+            if key in self.copied:  # the frames' framed runs: written as they are
+                places = columns.pop(key + POSITION)
+                columns[key] = self.copied[key].rows(columns[key], places)
                 continue
             places = columns.pop(key + POSITION).tolist()
             entries = list(zip(columns[key].tolist(), places))

@@ -3,8 +3,9 @@
 PNG and JPEG frames are encoded as they come, N per step, on the encoding
 threads (`record/batch/frames.py`): the ring keeps no raw frame, and episodes
 longer than the ring (spilled) keep their frames' handles. Raw `bytes` frames
-of at least `ring.LARGE_ROWS` bytes are copied at the step into a `bytes` each,
-which the ring keeps; smaller ones stay raw in the ring.
+of at least `ring.LARGE_ROWS` bytes are copied at the step into their sub-env's
+framed chunk (`record/batch/frame_chunks.py`), whose reference and place the
+ring keeps; smaller ones stay raw in the ring.
 """
 
 from __future__ import annotations
@@ -41,15 +42,20 @@ def test_batched_camera_frames_are_the_records_of_each_sub_env_alone(
     env.reset(seed=[SEED + i for i in range(N)])
     ring = env.recorder._ring
     # PNG/JPEG frames are encoded at the step: the ring holds where their bytes
-    # are; large raw frames are copied into a `bytes` each, which it holds.
+    # are; large raw frames are copied into their sub-env's chunk, which it holds.
     streamed = ring.ring["steps/observation"].dtype == object
     assert streamed == (image_encoding != "bytes" or camera is WideCamera)
     steps = 0
     for step_actions in actions:
-        env.step(step_actions)
-        if camera is WideCamera and steps < 3:  # the handles are the frames' bytes
-            row = ring.ring["steps/observation"][(ring.t - 1) % ring.size]
-            assert all(type(frame) is bytes and len(frame) == 9216 for frame in row)
+        obs, _, terminated, truncated, _ = env.step(step_actions)
+        if camera is WideCamera and steps < 3:  # the handles: each sub-env's framed chunk
+            row = (ring.t - 1) % ring.size
+            chunks = ring.ring["steps/observation"][row]
+            places = ring.ring["steps/observation\x00position"][row] & 0xFFFFF
+            assert len({id(c) for c in chunks}) == N
+            for chunk, place, frame, done in zip(chunks, places, obs, terminated | truncated):
+                if not done:  # else the frame is the next episode's first
+                    assert chunk[place].tobytes() == b"\x0a\x80\x48" + frame.tobytes()
             steps += 1
     spilled = bool(ring.spilled)
     env.close()
