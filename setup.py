@@ -150,6 +150,7 @@ def _extensions() -> list[Extension]:
                 "rlds_writer/store/writing/_ring_records.c",
                 "rlds_writer/store/writing/_ring_gather.c",
                 "rlds_writer/store/writing/_ring_args.c",
+                "rlds_writer/store/writing/_shard_files.c",
             ],
             depends=[
                 "rlds_writer/store/writing/_batch_records.h",

@@ -134,6 +134,7 @@ class BatchRecorder:
         self._ring = TimeRing(
             ring_fields, num_envs, chunk_steps(ring_fields, num_envs, ring_bytes), per_env
         )
+        self._ring.behind = self.writer.lane.wake  # its batches are about to be cut out
         # By index: 0 terminated, 1 truncated, 2 cut short.
         self._reason_values = [
             self._episode_values_for(reason)
@@ -468,7 +469,7 @@ class BatchRecorder:
             nbytes=int(offsets[-1] + steps[-1]) * self._row_nbytes,
         )
         self._ring.defer(oldest, batch)
-        self.writer.write(batch, self.split)
+        self.writer.write_deferred(batch, self.split)
 
     def flush(self) -> None:
         """Blocks until every ended episode is on disk and listed (`dataset_info.json`)."""

@@ -110,6 +110,9 @@ class TimeRing:
         # row, the batch); cut out before a chunk holding their rows is overwritten,
         # if the writer thread has not encoded them by then.
         self.deferred: collections.deque[tuple[int, Any]] = collections.deque()
+        # Called when a batch still pending would be cut out at the next chunk: the
+        # writer thread is woken then (its batch lane), a chunk ahead of the cut.
+        self.behind: Any = None
         self._plan = np.empty((6, num_envs), np.int64)  # `end_masked`'s, reused (and the C step's)
         self.can_defer = (
             per_env is False
@@ -166,11 +169,14 @@ class TimeRing:
         limit = t + self.chunk - self.size
         if self.deferred:
             kept: collections.deque[tuple[int, Any]] = collections.deque()
+            soon = limit + self.chunk  # cut out at the next chunk if still pending then
             for oldest, batch in self.deferred:
                 if oldest < limit:  # the writer thread is behind: cut them out here
                     batch.materialize()
                 elif batch.pending:
                     kept.append((oldest, batch))
+                    if oldest < soon and self.behind is not None:
+                        self.behind()  # once: a wake-up not yet seen is not repeated
             self.deferred = kept
         for i in np.flatnonzero(self.open & (self.start < limit)):
             self.spill(int(i))

@@ -30,7 +30,8 @@
  *     steps in all and the oldest first row (t if none).
  *
  * gather and plan are in _ring_gather.c; encode_ring (_ring_records.c) writes encode's
- * records straight from the ring, without gather.
+ * records straight from the ring, without gather; write_files (_shard_files.c) writes
+ * whole shard files of them.
  *
  * gather and encode run without the GIL (the env thread and the writer thread overlap).
  * The records' masked CRC-32C is _crc32c's (its capsule, _crc32c.h): one implementation.
@@ -43,7 +44,7 @@
  * rlds_writer/_native.py's ABI with it, whenever that changes (a function's
  * arguments, a method, a constant). A build of other sources is then refused
  * at import (its Python path runs instead) rather than called wrongly. */
-#define RLDS_ABI 1
+#define RLDS_ABI 2
 
 #if HAVE_SSE42
 
@@ -335,6 +336,9 @@ static PyMethodDef methods[] = {
     {"encode_ring", (PyCFunction)(void (*)(void))encode_ring, METH_FASTCALL,
      "encode_ring(fields, batches, constants) -> (buffer, starts, lengths): episodes' framed "
      "tf.train.Example records straight from the ring (_ring_records.c)."},
+    {"write_files", (PyCFunction)(void (*)(void))write_files, METH_FASTCALL,
+     "write_files(paths, buffer, bounds) -> (count, errno): new files each written whole "
+     "from a slice of buffer, without the GIL (_shard_files.c)."},
 #endif
     {NULL, NULL, 0, NULL},
 };

@@ -14,14 +14,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from rlds_writer.errors import UploadFailedError
 from rlds_writer.store.dataset import json_values, layout
 from rlds_writer.store.formats import shards
 from rlds_writer.store.formats.shard_format import ShardWriter
 from rlds_writer.store.storage import file_io
+from rlds_writer.store.writing import batch_records
 from rlds_writer.store.writing.dataset_setup import Listing, Prepared
 
 if TYPE_CHECKING:
@@ -147,6 +151,48 @@ class SplitShards:
         shard.flush()
         state.episodes.append(range(self.appended + 1, self.appended + count + 1))
         self.appended += count
+
+    def whole_shards(self, split: str, records: int) -> int:
+        """How many whole shards of `records` framed records `write_whole` writes now for
+        `split`: where no shard of it is open, locally, in TFRecord, without fsync."""
+        state = self._splits.get(split)
+        if (
+            self.remote
+            or self.fsync
+            or self.file_format != "tfrecord"
+            or batch_records.native is None
+            or (state is not None and state.shard is not None)
+        ):
+            return 0
+        return records // self.max_episodes_per_file
+
+    def write_whole(self, split: str, buffer: Any, starts: Any, lengths: Any, shards: int) -> None:
+        """Writes `shards` whole shards of `split` (`max_episodes_per_file` records each,
+        framed in `buffer` as for `append_records`), created, written and closed in one
+        call without the GIL (`_shard_files.c`): closed shards, listed at the next commit.
+
+        Raises:
+          OSError: a shard could not be written (those before it are kept).
+        """
+        state = self._splits.get(split)
+        if state is None:
+            state = self._splits[split] = _SplitState(split, [], 0)
+        per, template = self.max_episodes_per_file, self._template(split)
+        index = len(state.lengths) + state.failed
+        paths, bounds = [], []
+        for k in range(shards):
+            first, last = k * per, k * per + per - 1
+            paths.append(os.fsencode(self.path / template.filename(index + k, 0)))
+            bounds += [int(starts[first]), int(starts[last]) + 16 + int(lengths[last])]
+        written, error = batch_records.native.write_files(
+            tuple(paths), buffer, np.array(bounds, np.int64)
+        )
+        for k in range(written):
+            state.lengths.append(per)
+            state.num_bytes += bounds[2 * k + 1] - bounds[2 * k] - 16 * per
+        self.appended += written * per
+        if error:
+            raise OSError(error, os.strerror(error), os.fsdecode(paths[written]))
 
     def _open(self, split: str) -> _SplitState:
         state = self._splits.get(split)

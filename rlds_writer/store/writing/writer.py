@@ -8,8 +8,11 @@ encoded, appended to the open shard of its split and handed to the OS at once
 `close`) the open shards are closed and `dataset_info.json` lists them
 (`split_shards.py`); commits follow the clock, not rotations, so their cost
 per episode stays flat however many shards there are. The env loop
-only waits when the queue is full. An error in the thread is raised to the
-caller at the next call and at `close()`; it is never swallowed.
+only waits when the queue is full. A batch recorder's ring-held batches take
+the batch lane instead (`write_deferred`, `batch_lane.py`): no wake-up per
+hand-over, the writer thread taking them all on its own clock. An error in
+the thread is raised to the caller at the next call and at `close()`; it is
+never swallowed.
 """
 
 from __future__ import annotations
@@ -30,11 +33,11 @@ from rlds_writer.store.episodes.episode_data import Episode
 from rlds_writer.store.features import field_specs
 from rlds_writer.store.formats import shards
 from rlds_writer.store.storage.object_path import as_path
-from rlds_writer.store.writing import dataset_setup, encoding, exit_close
+from rlds_writer.store.writing import batch_lane, dataset_setup, encoding, exit_close
+from rlds_writer.store.writing.batch_lane import LANE, WAKE, BatchLane, LaneWriting
 from rlds_writer.store.writing.batch_records import BatchRecordEncoder, EpisodeBatch, supports
 from rlds_writer.store.writing.exit_close import process_id
 from rlds_writer.store.writing.failure_text import failure_text
-from rlds_writer.store.writing.ring_records import encode_batches
 from rlds_writer.store.writing.split_shards import SplitShards
 
 if TYPE_CHECKING:
@@ -60,7 +63,7 @@ _CLOSE = object()
 _STOP = object()  # ends the thread; the closing caller finishes the shards
 
 
-class DatasetWriter:
+class DatasetWriter(LaneWriting):
     """Writes finished episodes into an RLDS dataset in TFDS format.
 
     Args:
@@ -181,6 +184,9 @@ class DatasetWriter:
         self._queued_count = 0
         self._queued_bytes = 0
         self._waiting: Episode | None = None  # an episode `write` is holding until admitted
+        # Ring-held batches of a batch recorder (`write_deferred`).
+        self.lane = BatchLane(self._queue, wake_bytes=max(1, max_queue_bytes // 4))
+        self._lane_waits = False  # `write_deferred` waits for the lane's bytes to drop
         # Held by whichever thread touches the shards (the writer thread, or the
         # caller writing a small episode inline); fsync'ing writers never write
         # inline, so the env loop never waits on the disk.
@@ -217,6 +223,7 @@ class DatasetWriter:
             # vector step, and its encoding then overlaps the env's next steps.
             and type(episode) is not EpisodeBatch
             and not self._queue.queue
+            and self.lane.idle
             and self._shards.room_inline(split)
             and self._io_lock.acquire(blocking=False)
         ):
@@ -226,11 +233,12 @@ class DatasetWriter:
             # Never a request to an object store here (`room_inline`): a shard
             # that fills is uploaded by the writer thread.
             try:
-                if not self._queue.queue and self._shards.room_inline(split):
+                if not self._queue.queue and self.lane.idle and self._shards.room_inline(split):
                     self._write_inline(split, episode)
                     return
             finally:
                 self._io_lock.release()
+        self.lane.move_to()  # batches handed over before it go first
         with self._budget:
             # Seen by the writer thread, which starts on its frames early.
             self._waiting = episode
@@ -271,6 +279,7 @@ class DatasetWriter:
         """
         self._check()
         done = threading.Event()
+        self.lane.move_to()  # (the writer thread is woken at once: not on the lane's clock)
         self._queue.put((_FLUSH, done))
         while not done.wait(0.2):
             if not self._thread.is_alive():
@@ -293,8 +302,9 @@ class DatasetWriter:
         if self._pid != process_id():
             return  # a forked child's copy: the files, lock and processes are the parent's
         if self._thread.is_alive():
+            self.lane.move_to()
             with self._budget:  # nothing queued, nor taken and still unwritten
-                idle = not self._queued_count and self._waiting is None
+                idle = not self._queued_count and self._waiting is None and self.lane.idle
             if idle:  # the shards are finished here, not after the thread wakes (0.1-0.2 ms)
                 self._queue.put((_STOP, None))
                 with self._io_lock:
@@ -347,18 +357,31 @@ class DatasetWriter:
             raise WriterClosedError(f"the writer of {self.path} is closed")
 
     def _run(self) -> None:
+        lane, clock = self.lane, False  # clock: the lane's batches came since the last wake-up
         while True:
-            timeout = max(0.05, self.commit_interval - (time.monotonic() - self._last_commit))
+            timeout = batch_lane.INTERVAL
+            if not clock:
+                lane.sleeping = True  # a batch handed over from now on wakes this thread
+                since = time.monotonic() - self._last_commit
+                timeout = 0 if lane.pending else max(0.05, self.commit_interval - since)
             try:
-                item = self._queue.get(timeout=timeout)
+                item = self._queue.get(timeout=timeout) if timeout else self._queue.get_nowait()
             except queue.Empty:
-                if self._dirty:
-                    with self._io_lock:
+                item = None
+            lane.sleeping = False
+            if item is None or item[0] is WAKE:
+                # The lane's batches, all at once (one wake-up for many vector steps).
+                with self._io_lock:
+                    taken = lane.take()
+                    clock = bool(taken)
+                    if taken:
+                        self._write_lane(taken)
+                    elif item is None and self._dirty:
                         self._guarded(self._commit)
                 continue
             if item[0] is _STOP:
                 return
-            size = 0 if item[0] in (_FLUSH, _CLOSE) else item[1].nbytes
+            size = item[1].nbytes if type(item[0]) is str else 0
             with self._io_lock:
                 if type(item[1]) is EpisodeBatch:
                     item = (item[0], self._batches(*item))
@@ -374,6 +397,9 @@ class DatasetWriter:
     def _process(self, item: tuple[str, Any]) -> bool:
         """Handles one queued item (holding the I/O lock); True ends the thread."""
         kind, payload = item
+        if kind is LANE:
+            self._write_lane(payload)
+            return False
         if kind == _CLOSE:
             self._end()
             return True
@@ -388,14 +414,6 @@ class DatasetWriter:
         self._admitted_done(payload if type(payload) is list else [payload])
         return False
 
-    def _batches(self, split: str, batch: EpisodeBatch) -> list[EpisodeBatch]:
-        """`batch` and the batches of `split` queued right after it: encoded in
-        one call, appended with one write (this thread alone takes from the queue)."""
-        batches, queued = [batch], self._queue.queue
-        while queued and queued[0][0] == split and type(queued[0][1]) is EpisodeBatch:
-            batches.append(self._queue.get_nowait()[1])
-        return batches
-
     def _guarded(self, fn: Any) -> None:
         if self._error is not None:
             return
@@ -408,7 +426,7 @@ class DatasetWriter:
     def _upcoming_columns(self) -> dict[str, Any] | None:
         """The columns of the episode that will be written next, if it is already finished."""
         with self._queue.mutex:
-            queued = (p for kind, p in self._queue.queue if kind not in (_FLUSH, _CLOSE, _STOP))
+            queued = (p for kind, p in self._queue.queue if type(kind) is str)
             upcoming = next(queued, self._waiting)
         # A batch has no frames to start on (its columns would only be cut early).
         return None if upcoming is None or type(upcoming) is EpisodeBatch else upcoming.columns
@@ -449,37 +467,16 @@ class DatasetWriter:
             return
         try:
             if batch:
-                buffer, starts, lengths = encode_batches(self.batch_encoder, episode)
-                self._shards.append_records(split, buffer, starts, lengths)
+                batch_lane.keep_batches(self.batch_encoder, self._shards, split, episode)
             else:
                 parts, length = self.encoder.encode_parts(episode.columns, episode.episode_values)
                 self._shards.append(split, parts, length)
-            for done in episode if batch else [episode]:
-                done.release()
+                episode.release()
             self.episodes_written += count
         except Exception as e:  # noqa: BLE001 - the first error is the one raised
             what = "episodes" if batch else "an episode"
             _log.error("could not keep %s of %s after the failure: %r", what, self.path, e)
             self._dropped += count
-
-    def _write_batches(self, split: str, batches: list[EpisodeBatch], commit: bool) -> None:
-        """Writes batches' episodes, their records encoded together, into shards as usual."""
-        buffer, starts, lengths = encode_batches(self.batch_encoder, batches)
-        done, count = 0, len(starts)
-        while done < count:
-            take = min(count - done, self._shards.room(split))
-            part = slice(done, done + take)
-            self._shards.append_records(split, buffer, starts[part], lengths[part])
-            done += take
-            self._shards.rotate_if_full(split)
-        for batch in batches:
-            batch.release()
-            self.steps_written += batch.num_steps
-        self.episodes_written += count
-        self.bytes_written += int(lengths.sum())
-        self._dirty = True
-        if commit and time.monotonic() - self._last_commit >= self.commit_interval:
-            self._commit()
 
     def _end(self) -> None:
         """Closes the shards and makes the last commit (holding the I/O lock)."""

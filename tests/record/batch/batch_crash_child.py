@@ -8,6 +8,10 @@ in the same order every time. After each `flush()` returns it appends
 
     python batch_crash_child.py DIR REPORT STEPS [envpool]
 
+With `BATCH_LANE_INTERVAL` in the environment, the writer thread wakes on
+that clock (seconds): a long one leaves every batch on the lane between
+flushes, for `flush()` alone to write.
+
 With `envpool`, EnvPool's async API records instead (`RecordRLDSEnvPool`,
 `N` envs, `recv()` of `N // 4`): its threads order the episodes differently
 from run to run.
@@ -64,6 +68,10 @@ def record_envpool(directory: str, report: str, steps: int) -> None:
 
 
 if __name__ == "__main__":
+    if "BATCH_LANE_INTERVAL" in os.environ:
+        from rlds_writer.store.writing import batch_lane
+
+        batch_lane.INTERVAL = float(os.environ["BATCH_LANE_INTERVAL"])
     if sys.argv[4:] == ["envpool"]:
         record_envpool(sys.argv[1], sys.argv[2], int(sys.argv[3]))
     else:

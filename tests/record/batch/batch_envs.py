@@ -10,6 +10,8 @@ import gymnasium as gym
 import numpy as np
 
 from rlds_writer.store.formats.tfrecord import tfrecord
+from rlds_writer.store.writing.batch_lane import LANE
+from rlds_writer.store.writing.batch_records import EpisodeBatch
 
 
 class Hops(gym.Env):
@@ -40,6 +42,16 @@ class Hops(gym.Env):
         reward = float(np.sum(action)) + self.t
         info = {"t": self.t, "x": float(self.np_random.random())}
         return self._obs(), reward, done and self.terminates, done and not self.terminates, info
+
+
+def waiting_batches(writer: Any) -> list[EpisodeBatch]:
+    """The batches handed over to `writer` and not taken by its thread, in order: on
+    its queue (alone, or moved there off the batch lane), then on the lane."""
+    out = []
+    for kind, payload in writer._queue.queue:
+        out += [b for _, b in payload] if kind is LANE else [payload]
+    out += [b for _, b in writer.lane._items]
+    return [b for b in out if type(b) is EpisodeBatch]
 
 
 def records(path: Path) -> collections.Counter:

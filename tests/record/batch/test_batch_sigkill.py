@@ -1,7 +1,8 @@
 """SIGKILL a batched recording at random moments: nothing flushed is lost, nothing is torn.
 
 The child (batch_crash_child.py) records a vector env a batch at a time and
-reports how many episodes each `flush()` had written. After each kill,
+reports how many episodes each `flush()` had written; the second kill lands
+while the batch lane holds every batch since the last flush (its clock held). After each kill,
 `recover` runs and the dataset must hold a prefix of the uninterrupted
 run's records, byte for byte and in order, at least as long as the last
 flush reported; TFDS then loads it.
@@ -51,8 +52,10 @@ def test_sigkill_mid_batched_recording_loses_no_flushed_episode(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     for kill in range(3):
         directory, report = tmp_path / f"run{kill}", tmp_path / f"report{kill}"
+        held = {"BATCH_LANE_INTERVAL": "600"} if kill == 1 else {}
         child = subprocess.Popen(
-            [sys.executable, str(CHILD), str(directory), str(report), str(STEPS)], env=env
+            [sys.executable, str(CHILD), str(directory), str(report), str(STEPS)],
+            env={**env, **held},
         )
         deadline = time.monotonic() + 120
         while _flushed(report) < 40 * (kill + 1) and time.monotonic() < deadline:

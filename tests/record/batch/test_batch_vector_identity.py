@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from batch_envs import Hops, Words, play_alone, records
+from batch_envs import Hops, Words, play_alone, records, waiting_batches
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from rlds_writer.record.gymnasium.gymnasium_vector import RecordRLDSVector
-from rlds_writer.store.writing.batch_records import EpisodeBatch
 
 N = 5
 SEED = 11
@@ -53,8 +52,7 @@ def _record_batched(
             if mode == AutoresetMode.DISABLED and done.any():
                 env.reset(options={"reset_mask": done})
         if hold_writer:
-            queued = [p for _, p in writer._queue.queue if isinstance(p, EpisodeBatch)]
-            made = [not p.pending for p in queued]
+            made = [not p.pending for p in waiting_batches(writer)]
             # The oldest were cut here (their rows were to be overwritten), the newest not.
             assert any(made) and not all(made)
     finally:

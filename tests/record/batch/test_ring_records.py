@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from batch_envs import records
+from batch_envs import records, waiting_batches
 
 from rlds_writer.record.batch import BatchRecorder
 from rlds_writer.record.config import recording_config
@@ -80,10 +80,10 @@ def test_records_encoded_from_the_ring_are_those_of_the_gathered_columns(tmp_pat
     rec = BatchRecorder(tmp_path / "ds", _config(), N, ring_bytes=1, queue_size=10_000)
     writer, ring = rec.writer, rec._ring
     assert rec._plan_ends and ring.size == 32  # the smallest ring: rows wrap
-    writer._io_lock.acquire()  # the writer thread waits: the batches stay queued
+    writer._io_lock.acquire()  # the writer thread waits: the batches stay handed over
     try:
         _record(rec, 100)  # the rows of the last batches wrap round row 96
-        batches = [p for _, p in writer._queue.queue if type(p) is EpisodeBatch]
+        batches = waiting_batches(writer)
         pending = [b for b in batches if b.pending]
         # The oldest were cut out by the env thread (their rows were overwritten), not the newest.
         assert pending and len(pending) < len(batches)
@@ -131,21 +131,33 @@ def test_queued_batches_are_written_at_once_across_shard_rotations(tmp_path, mon
         return append(self, split, buffer, starts, lengths)
 
     monkeypatch.setattr(split_shards.SplitShards, "append_records", counted)
+    whole_calls = []
+    whole = split_shards.SplitShards.write_whole
+
+    def counted_whole(self, split, buffer, starts, lengths, shards):
+        whole_calls.append(shards)
+        appended.extend([self.max_episodes_per_file] * shards)
+        return whole(self, split, buffer, starts, lengths, shards)
+
+    monkeypatch.setattr(split_shards.SplitShards, "write_whole", counted_whole)
     alone = BatchRecorder(tmp_path / "alone", _config(), N, max_episodes_per_file=7)
     _record(alone, 60)
     alone.close()
     rec = BatchRecorder(tmp_path / "held", _config(), N, max_episodes_per_file=7, queue_size=10_000)
-    rec.writer._io_lock.acquire()  # the writer thread waits: the batches stay queued
+    rec.writer._io_lock.acquire()  # the writer thread waits: the batches stay handed over
     try:
         _record(rec, 60)  # a ring this size spills nor cuts out nothing: every end is a batch
-        queued = sum(type(p) is EpisodeBatch for _, p in rec.writer._queue.queue)
+        queued = len(waiting_batches(rec.writer))
         appended.clear()
+        whole_calls.clear()
     finally:
         rec.writer._io_lock.release()
     rec.flush()
-    # One encode, one write per shard: full shards of 7, then the rest.
+    # One encode; the whole shards of 7 in one call (files made, written, closed), the rest
+    # appended to a shard left open.
     episodes = rec.episodes_written
     assert queued > 10 and appended == [7] * (episodes // 7) + [episodes % 7] * (episodes % 7 > 0)
+    assert whole_calls == [episodes // 7]
     rec.close()
     assert records(tmp_path / "held") == records(tmp_path / "alone")
     lengths, _ = rec.writer.splits["train"]
