@@ -131,10 +131,8 @@ class BatchRecorder:
                 ring_fields += self._frames.ring_fields(f)
             else:
                 ring_fields.append(objects.ring_field(f) if f.key in self._object_keys else f)
-        self._ring = TimeRing(
-            ring_fields, num_envs, chunk_steps(ring_fields, num_envs, ring_bytes), per_env
-        )
-        self._ring.behind = self.writer.lane.wake  # its batches are about to be cut out
+        rows = chunk_steps(ring_fields, num_envs, ring_bytes)
+        self._ring = TimeRing(ring_fields, num_envs, rows, per_env, self.writer.lane.wake)
         # By index: 0 terminated, 1 truncated, 2 cut short.
         self._reason_values = [
             self._episode_values_for(reason)

@@ -76,9 +76,18 @@ class TimeRing:
       num_envs: the batch size `N`.
       chunk: rows per chunk (`chunk_steps`).
       per_env: sub-envs are stepped apart (`write_some`), each at its own row.
+      behind: called when a batch still pending (`defer`) would be cut out at the
+        next chunk: the writer thread's wake-up (its batch lane), a chunk ahead.
     """
 
-    def __init__(self, fields: list[BatchField], num_envs: int, chunk: int, per_env: bool = False):
+    def __init__(
+        self,
+        fields: list[BatchField],
+        num_envs: int,
+        chunk: int,
+        per_env: bool = False,
+        behind: Any = None,
+    ):
         self.fields = fields
         self.num_envs = num_envs
         self.chunk = chunk
@@ -110,9 +119,7 @@ class TimeRing:
         # row, the batch); cut out before a chunk holding their rows is overwritten,
         # if the writer thread has not encoded them by then.
         self.deferred: collections.deque[tuple[int, Any]] = collections.deque()
-        # Called when a batch still pending would be cut out at the next chunk: the
-        # writer thread is woken then (its batch lane), a chunk ahead of the cut.
-        self.behind: Any = None
+        self.behind = behind
         self._plan = np.empty((6, num_envs), np.int64)  # `end_masked`'s, reused (and the C step's)
         self.can_defer = (
             per_env is False
