@@ -24,6 +24,7 @@ from rlds_writer.errors import StepValueError
 from rlds_writer.record.batch.arrays import host_array
 from rlds_writer.record.batch.vector import NEXT_STEP, VectorRecording
 from rlds_writer.record.gymnasium_recording import OPTIONS_DOC
+from rlds_writer.record.values import describe
 
 
 class RecordRLDSEnvPool:
@@ -128,9 +129,30 @@ class RecordRLDSEnvPool:
     def _sent(self, action: Any, env_id: Any) -> None:
         actions = host_array(action, "steps/action")
         if self._actions is None:
-            self._actions = np.zeros((self.num_envs, *actions.shape[1:]), actions.dtype)
+            space = getattr(self.env, "action_space", None)
+            shape, dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
+            if shape is None or dtype is None:  # a space without one array per sub-env
+                shape, dtype = actions.shape[1:], actions.dtype
+            self._actions = np.zeros((self.num_envs, *shape), dtype)
+        # Checked before the pool sees them (EnvPool casts a float action to an int one
+        # and reads a short batch past its end); a bad batch is refused, not recorded.
+        kept = self._actions
+        rows = self.num_envs if env_id is None else (len(actions) if actions.ndim else 1)
+        if actions.shape != (rows, *kept.shape[1:]):
+            to = "every sub-env" if env_id is None else "each sub-env in env_id"
+            raise StepValueError(
+                "steps/action",
+                f"expected a batch {kept.dtype}[{','.join(map(str, (rows, *kept.shape[1:])))}]"
+                f" (one action for {to}), got {describe(actions)}",
+            )
+        if not np.can_cast(actions.dtype, kept.dtype, "same_kind"):
+            raise StepValueError(
+                "steps/action",
+                f"expected {kept.dtype} actions, got {describe(actions)}, which does not cast "
+                f"to {kept.dtype} without changing kind; cast it first",
+            )
         ids = slice(None) if env_id is None else self._checked_ids(env_id, len(actions))
-        self._actions[ids] = actions
+        kept[ids] = actions
 
     def _checked_ids(self, env_id: Any, rows: int) -> np.ndarray:
         # EnvPool aborts the process on an id out of range and steps a repeated id twice:

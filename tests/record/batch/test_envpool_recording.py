@@ -120,3 +120,35 @@ def test_bad_env_ids_are_refused_before_envpool_sees_them(tmp_path, env_id, mess
     with pytest.raises(StepValueError, match=f"env_id.*{message}"):
         env.send(np.zeros(3, np.int32), np.array(env_id))
     env.close()
+
+
+@pytest.mark.parametrize(
+    "action, with_ids, message",
+    [
+        (np.full(3, 0.7), True, r"expected int64 actions, got float64\[3\], which does not cast"),
+        (np.zeros((3, 2), np.int32), True, r"expected a batch int64\[3\] .* got int32\[3,2\]"),
+        (np.zeros(3, np.int32), False, r"expected a batch int64\[4\] .*every sub-env"),
+    ],
+    ids=["float", "shape", "no-env_id"],
+)
+def test_bad_actions_are_refused_by_field_and_nothing_written_is_lost(
+    tmp_path, action, with_ids, message
+):
+    # They reached EnvPool (a float cast to an int action and recorded so) or numpy's
+    # own broadcasting error.
+    from rlds_writer.errors import StepValueError
+
+    env = _make(tmp_path / "ds", batch_size=3)
+    env.async_reset()
+    for _ in range(30):
+        info = env.recv()[-1]
+        env.send(np.ones(3, np.int32), info["env_id"])
+    info = env.recv()[-1]
+    env.flush()
+    written = env.recorder.episodes_written
+    with pytest.raises(StepValueError, match=f"^steps/action: {message}"):
+        env.send(action, info["env_id"] if with_ids else None)
+    env.send(np.ones(3, np.int32), info["env_id"])  # the run goes on
+    env.recv()
+    env.close()
+    assert written and env.recorder.episodes_written >= written + N
