@@ -11,11 +11,13 @@ hand-over order, spilled episodes (handed over apart) included.
 from __future__ import annotations
 
 import errno
+import os
 import threading
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+import pytest
 from batch_envs import waiting_batches
 
 from rlds_writer.record.gymnasium.gymnasium_vector import RecordRLDSVector
@@ -124,3 +126,24 @@ def test_whole_shard_files_stop_at_the_first_that_cannot_be_made(tmp_path):
     assert (written, error) == (1, errno.EEXIST)
     assert paths[0].read_bytes() == buffer[:30] and paths[1].read_bytes() == b"already here"
     assert not paths[2].exists()
+
+
+def test_object_store_shards_from_the_lane_are_the_local_whole_shards(tmp_path, monkeypatch):
+    # Locally the lane writes whole shards in one C call; on an object store (fsspec's
+    # memory filesystem here) each shard is appended and uploaded at rotation: the
+    # same files, byte for byte.
+    fsspec = pytest.importorskip("fsspec")
+    monkeypatch.setattr(batch_lane, "INTERVAL", 600.0)  # everything written at flush()
+    remote = f"memory://lane-{tmp_path.name}/ds"
+    for path in (tmp_path / "local", remote):
+        env = _record(path, 200)
+        env.flush()
+        env.close()
+    fs = fsspec.filesystem("memory")
+    names = sorted(name.rsplit("/", 1)[1] for name in fs.ls(remote, detail=False))
+    assert names == sorted(os.listdir(tmp_path / "local"))
+    shards = [name for name in names if ".tfrecord-" in name]
+    assert len(shards) > 20
+    for name in shards:
+        assert fs.cat(f"{remote}/{name}") == (tmp_path / "local" / name).read_bytes(), name
+    fs.rm(remote, recursive=True)
