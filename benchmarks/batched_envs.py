@@ -13,9 +13,17 @@ in one process, variants interleaved per repetition over the same batches:
 * `plain write`: each batch's arrays written to a file as they are (the floor).
 
 Reported: overhead per sub-env step over `bare`, wall and CPU (the process's,
-every thread). Then EnvPool's CartPole and MuJoCo Hopper (`RecordRLDSEnvPool`)
-at N = 64 and 256, as a fraction of the env's own step, and the peak memory
-(max RSS) of an N = 4096 CartPole recording of 1000 steps against the bare env's.
+every thread). Every variant is measured alike: each is run once first (its
+imports and first-use costs land on none), its env made and its actions
+drawn inside its timed run; before each timed run the garbage of the others
+is collected, untimed, and the objects of the imports (torch's are 400,000)
+are frozen out of the collector, whose first full pass (0.6 s with torch
+loaded) would otherwise land on whichever variant runs then; the variants
+run in a rotated order, so none always follows the same one.
+
+Then EnvPool's CartPole and MuJoCo Hopper (`RecordRLDSEnvPool`) at N = 64
+and 256, as a fraction of the env's own step, and the peak memory (max RSS)
+of an N = 4096 CartPole recording of 1000 steps against the bare env's.
 
 Usage: `python benchmarks/batched_envs.py [--repetitions 3] [--sub-env-steps 200000]
 [--sizes 1 16 ...] [--skip-envpool] [--report [PATH]]`; `--cameras` runs the camera
@@ -25,6 +33,7 @@ case instead (`batched_cameras.py`: N sub-envs of 84x84 PNG/JPEG/bytes frames).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import statistics
@@ -277,10 +286,16 @@ def main() -> None:
                 fn(n, 10, workdir)
                 shutil.rmtree(workdir)
                 os.makedirs(workdir)
-        for _ in range(args.repetitions):
+        gc.collect()
+        gc.freeze()  # the imports' objects: no variant's run scans them
+        names = list(VARIANTS)
+        for repetition in range(args.repetitions):
             for n in args.sizes:
                 steps = _steps_for(n, args.sub_env_steps)
-                for variant, fn in VARIANTS.items():
+                turn = (repetition + args.sizes.index(n)) % len(names)
+                for variant in names[turn:] + names[:turn]:
+                    fn = VARIANTS[variant]
+                    gc.collect()  # untimed: no variant collects another's garbage
                     wall, cpu = _timed(lambda: fn(n, steps, workdir))  # noqa: B023
                     times[n, variant].append((wall / (steps * n), cpu / (steps * n)))
                     shutil.rmtree(workdir)
@@ -312,8 +327,10 @@ def main() -> None:
         "times most). Gymnasium's native "
         "vector CartPole, the same random actions for every variant, medians of "
         f"{args.repetitions} interleaved repetitions of about {args.sub_env_steps} sub-env "
-        "steps each (100-5000 vector steps), each run from its recorder's creation to "
-        "`close()` returned. Overhead = variant - bare, per sub-env step; CPU counts every "
+        "steps each (100-5000 vector steps), each run from its env's and recorder's "
+        "creation to `close()` returned, after one untimed run of every variant (imports), "
+        "in a rotated order, each after an untimed garbage collection (the imports' "
+        "objects frozen). Overhead = variant - bare, per sub-env step; CPU counts every "
         "thread of the process.",
         "",
         "| N | bare ns | RecordRLDSVector wall / CPU ns | TorchRL wall / CPU ns "

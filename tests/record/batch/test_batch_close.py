@@ -1,0 +1,53 @@
+"""close() of a batched recording: its last batch written by the closing thread."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import gymnasium as gym
+import numpy as np
+
+from rlds_writer import RecordRLDSVector, open_dataset
+from rlds_writer.store.writing import split_shards, writer
+
+_Queue = queue.Queue
+
+
+def test_close_writes_the_queued_episodes_on_the_closing_thread_and_lists_them(
+    tmp_path, monkeypatch
+):
+    # The writer thread is held before it takes anything off its queue (as a
+    # busy machine holds it): close() must write the episodes cut short itself,
+    # not wait for the thread to wake, and list them; the thread still ends.
+    gate = threading.Event()
+
+    class HeldQueue(_Queue):
+        def get(self, *args, **kwargs):
+            if threading.current_thread().name.startswith("rlds_writer["):
+                gate.wait(30)
+            return super().get(*args, **kwargs)
+
+    appended = []
+    append_records = split_shards.SplitShards.append_records
+
+    def noting_the_thread(self, *args):
+        appended.append(threading.current_thread().name)
+        return append_records(self, *args)
+
+    monkeypatch.setattr(writer.queue, "Queue", HeldQueue)
+    monkeypatch.setattr(split_shards.SplitShards, "append_records", noting_the_thread)
+    env = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="vector_entry_point")
+    before = set(threading.enumerate())
+    env = RecordRLDSVector(env, tmp_path / "ds")
+    (thread,) = [t for t in set(threading.enumerate()) - before if t.name.startswith("rlds_w")]
+    env.reset(seed=0)
+    for _ in range(3):  # CartPole ends no episode in 3 steps
+        env.step(np.zeros(4, np.int64))
+    threading.Timer(0.2, gate.set).start()  # the thread goes on while close() runs
+    env.close()
+    assert appended == [threading.current_thread().name]
+    assert not thread.is_alive()
+    episodes = list(open_dataset(tmp_path / "ds").episodes("train"))
+    assert [len(e["steps"]["reward"]) for e in episodes] == [4] * 4
+    assert {e["end_reason"] for e in episodes} == {b"cut_short"}
