@@ -101,6 +101,16 @@ class BatchLane:
             if items:
                 self._queue.put((LANE, items))
 
+    def take_all(self) -> list[tuple[str, EpisodeBatch]]:
+        """Every pending batch, whatever is queued (`close()` on the closing thread)."""
+        with self._lock:
+            return self._pop_all()
+
+    @property
+    def waiting(self) -> int:
+        """Pending batches (not yet taken)."""
+        return len(self._items)
+
     @property
     def pending(self) -> bool:
         """Batches wait in the lane (not yet taken)."""

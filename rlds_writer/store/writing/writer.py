@@ -300,18 +300,17 @@ class DatasetWriter(LaneWriting):
         if self._pid != process_id():
             return  # a forked child's copy: the files, lock and processes are the parent's
         if self._thread.is_alive():
-            self.lane.move_to()
-            with self._budget, self._queue.mutex:  # (a `write` waiting holds one too)
-                held = self._queued_count + (self._waiting is not None)
-                lane = self.lane.handed - self.lane.done
-                taken = take_unheld(self._queue.queue, held, lane)
-            if taken is not None:  # written here while the thread ends
-                self._queue.put((_STOP, None))
-                with self._io_lock:
+            with self._io_lock:  # (after the thread's write under way, if any)
+                with self._budget, self._queue.mutex:  # (a `write` waiting holds one too)
+                    held = self._queued_count + (self._waiting is not None)
+                    taken = take_unheld(self._queue.queue, held, self.lane)
+                if taken is not None:  # written here while the thread ends
+                    self._queue.put((_STOP, None))
                     for item in in_runs(taken):
                         self._process(item)
                     self._end()
-            else:
+            if taken is None:
+                self.lane.move_to()
                 self._queue.put((_CLOSE, None))  # the join below waits for it
             self._thread.join()
         self.encoder.close()
