@@ -128,15 +128,17 @@ class RecordRLDSEnvPool:
 
     def _sent(self, action: Any, env_id: Any) -> None:
         actions = host_array(action, "steps/action")
-        if self._actions is None:
+        # Checked before the pool sees them (EnvPool casts a float action to an int one
+        # and reads a short batch past its end); a bad batch is refused, not recorded.
+        kept = self._actions
+        if kept is None:
             space = getattr(self.env, "action_space", None)
             shape, dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
             if shape is None or dtype is None:  # a space without one array per sub-env
                 shape, dtype = actions.shape[1:], actions.dtype
-            self._actions = np.zeros((self.num_envs, *shape), dtype)
-        # Checked before the pool sees them (EnvPool casts a float action to an int one
-        # and reads a short batch past its end); a bad batch is refused, not recorded.
-        kept = self._actions
+            # The sender's dtype, if it is the space's kind (no cast per send).
+            same = np.can_cast(actions.dtype, dtype, "same_kind")
+            kept = np.zeros((self.num_envs, *shape), actions.dtype if same else dtype)
         rows = self.num_envs if env_id is None else (len(actions) if actions.ndim else 1)
         if actions.shape != (rows, *kept.shape[1:]):
             to = "every sub-env" if env_id is None else "each sub-env in env_id"
@@ -145,7 +147,7 @@ class RecordRLDSEnvPool:
                 f"expected a batch {kept.dtype}[{','.join(map(str, (rows, *kept.shape[1:])))}]"
                 f" (one action for {to}), got {describe(actions)}",
             )
-        if not np.can_cast(actions.dtype, kept.dtype, "same_kind"):
+        if actions.dtype != kept.dtype and not np.can_cast(actions.dtype, kept.dtype, "same_kind"):
             raise StepValueError(
                 "steps/action",
                 f"expected {kept.dtype} actions, got {describe(actions)}, which does not cast "
@@ -153,6 +155,7 @@ class RecordRLDSEnvPool:
             )
         ids = slice(None) if env_id is None else self._checked_ids(env_id, len(actions))
         kept[ids] = actions
+        self._actions = kept
 
     def _checked_ids(self, env_id: Any, rows: int) -> np.ndarray:
         # EnvPool aborts the process on an id out of range and steps a repeated id twice:
