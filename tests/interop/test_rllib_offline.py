@@ -121,6 +121,28 @@ def test_marwil_from_rlds_episodes_trains_with_finite_losses(source, ray_session
     assert learner["num_module_steps_trained"] > 0
 
 
+def test_cql_from_rlds_trains_with_no_env_given(tmp_path, record_episodes, ray_session):
+    from ray.rllib.algorithms.cql import CQLConfig
+
+    pendulum = record_episodes(
+        gym.make("Pendulum-v1", max_episode_steps=8), tmp_path / "pendulum", 3
+    ).path
+    # SAC's rule: its actor, critic and alpha rates, not `lr`.
+    config = CQLConfig().training(train_batch_size_per_learner=8, lr=None)
+    # No env: SAC's config would build an env runner and ask for one.
+    # RLlib's CQL cannot take one update per call on a local learner: refused in one line.
+    with pytest.raises(SpecError, match="dataset_num_iters_per_learner: 1 with CQL"):
+        offline.offline_config(config.copy(), pendulum, dataset_num_iters_per_learner=1)
+    algo = offline.offline_config(config, pendulum, read_options={"bytes_per_task": 1}).build_algo()
+    try:
+        assert algo.env_runner_group is None
+        learner = _train(algo)["learners"]["default_policy"]
+    finally:
+        algo.stop()
+    assert learner["num_module_steps_trained"] > 0
+    assert np.isfinite(learner["cql_loss"]) and np.isfinite(learner["policy_loss"])
+
+
 def test_the_prelearner_maps_runs_of_episodes_giving_bc_rllibs_batch_and_marwil_advantages(
     source, ray_session
 ):

@@ -298,6 +298,12 @@ def prelearner_runtime_env(config: Any) -> dict[str, Any]:
     return {"runtime_env": {"env_vars": {"RLLIB_TEST_NO_TF_IMPORT": "1"}}}
 
 
+def _is_cql(config: Any) -> bool:
+    from ray.rllib.algorithms.cql import CQLConfig
+
+    return isinstance(config, CQLConfig)
+
+
 def _need_msgpack() -> None:
     """The episode schema's packers, checked on the driver: a read task's ImportError
     comes late, buried in Ray's traceback."""
@@ -374,11 +380,13 @@ def offline_config(
         (`bytes_per_task`, `cut_short`, `concurrency`, ...).
       **offline_data: more `config.offline_data(...)` settings
         (`dataset_num_iters_per_learner` is 1 by default with a local learner,
-        as RLlib requires one).
+        as RLlib requires one; 2 for CQL, whose local learner cannot take 1).
 
     Returns:
       `config`, set (`environment(observation_space=..., action_space=...)` and
-      `offline_data(input_=[path], offline_data_class=RLDSOfflineData, ...)`).
+      `offline_data(input_=[path], offline_data_class=RLDSOfflineData, ...)`);
+      a config that would sample an env (SAC's, so CQL's) and names none is
+      marked offline, to train from the dataset alone.
     """
     if schema not in SCHEMAS:
         raise ValueError(
@@ -403,13 +411,29 @@ def offline_config(
             "(or MultiDiscrete)"
         )
     config = config.environment(observation_space=observation_space, action_space=action_space)
+    # RLlib 2.60's CQL hands a local learner its one batch as if it were an iterator
+    # (`KeyError: 0` in `Learner.update`): with a local learner it needs 2+ updates a call.
+    cql = _is_cql(config) and config.num_learners == 0
     if config.num_learners == 0 and config.dataset_num_iters_per_learner is None:
         # RLlib requires it with a local learner; one batch per train() call is its usual value.
-        offline_data.setdefault("dataset_num_iters_per_learner", 1)
-    return config.offline_data(
+        offline_data.setdefault("dataset_num_iters_per_learner", 2 if cql else 1)
+    iters = offline_data.get("dataset_num_iters_per_learner", config.dataset_num_iters_per_learner)
+    if cql and iters == 1:
+        raise SpecError(
+            "dataset_num_iters_per_learner: 1 with CQL and a local learner, which RLlib's "
+            "CQL cannot train (it passes the one batch on as an iterator: KeyError 0); "
+            "set it to 2 or more, or use num_learners=1"
+        )
+    config = config.offline_data(
         input_=[os.fspath(path)],
         offline_data_class=RLDSOfflineData,
         input_read_episodes=schema == "episodes",
         input_read_method_kwargs={"split": split, **(read_options or {})},
         **offline_data,
     )
+    if config.is_online and not config.env:
+        # SAC's config (so CQL's) counts as online and builds an env runner, which
+        # asks for an env; with none given it trains from the dataset alone (its
+        # new-stack training step reads only offline data), as BC's and MARWIL's do.
+        config._is_online = False
+    return config
