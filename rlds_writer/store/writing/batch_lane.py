@@ -101,10 +101,15 @@ class BatchLane:
             if items:
                 self._queue.put((LANE, items))
 
+    @property
+    def lock(self) -> threading.Lock:
+        """Held to take batches off. Taken after the writer's I/O lock and before its
+        budget and queue's mutex, by every thread (`move_to` puts on the queue holding it)."""
+        return self._lock
+
     def take_all(self) -> list[tuple[str, EpisodeBatch]]:
-        """Every pending batch, whatever is queued (`close()` on the closing thread)."""
-        with self._lock:
-            return self._pop_all()
+        """Every pending batch, whatever is queued (`close()`, holding `lock`)."""
+        return self._pop_all()
 
     @property
     def waiting(self) -> int:

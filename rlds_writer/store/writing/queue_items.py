@@ -25,9 +25,9 @@ STOP = object()  # ends the thread; the closing caller finishes the shards
 
 def take_unheld(queued: Any, episodes: int, lane: Any) -> list[tuple[Any, Any]] | None:
     """Takes every item off `queued` (the queue's deque, its mutex held), then the
-    batch `lane`'s pending batches (handed over after them), if the `episodes`
-    handed over and the lane's batches not yet written are all there; else
-    None, nothing taken: the writer thread holds some, which go first."""
+    batch `lane`'s pending batches (handed over after them; its `lock` held), if
+    the `episodes` handed over and the lane's batches not yet written are all
+    there; else None, nothing taken: the writer thread holds some, which go first."""
     on_queue = sum(1 for kind, _ in queued if type(kind) is str)
     batches = sum(len(payload) for kind, payload in queued if kind is LANE)
     if on_queue != episodes or batches + lane.waiting != lane.handed - lane.done:

@@ -300,7 +300,7 @@ class DatasetWriter(LaneWriting):
         if self._pid != process_id():
             return  # a forked child's copy: the files, lock and processes are the parent's
         if self._thread.is_alive():
-            with self._io_lock:  # (after the thread's write under way, if any)
+            with self._io_lock, self.lane.lock:  # in that order (`BatchLane.lock`)
                 with self._budget, self._queue.mutex:  # (a `write` waiting holds one too)
                     held = self._queued_count + (self._waiting is not None)
                     taken = take_unheld(self._queue.queue, held, self.lane)

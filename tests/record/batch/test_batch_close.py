@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 import gymnasium as gym
 import numpy as np
 
 from rlds_writer import RecordRLDSVector, open_dataset
-from rlds_writer.store.writing import split_shards, writer
+from rlds_writer.errors import WriterClosedError
+from rlds_writer.store.writing import batch_lane, split_shards, writer
 
 _Queue = queue.Queue
 
@@ -51,3 +53,52 @@ def test_close_writes_the_queued_episodes_on_the_closing_thread_and_lists_them(
     episodes = list(open_dataset(tmp_path / "ds").episodes("train"))
     assert [len(e["steps"]["reward"]) for e in episodes] == [4] * 4
     assert {e["end_reason"] for e in episodes} == {b"cut_short"}
+
+
+def test_close_while_another_thread_moves_the_lanes_batches_does_not_deadlock(
+    tmp_path, monkeypatch
+):
+    # flush() on one thread moves the lane's batches to the writer's queue holding
+    # the lane's lock, then takes the queue's mutex; close() on another took the
+    # queue's mutex and then the lane's lock: each waited for the other forever.
+    monkeypatch.setattr(batch_lane, "INTERVAL", 600.0)  # the batches stay in the lane
+    env, reference = _recorded(tmp_path / "ds"), _recorded(tmp_path / "reference")
+    reference.close()
+    lane = env.recorder.writer.lane
+    assert lane.waiting
+    moving = threading.Event()
+    pop_all = lane._pop_all
+
+    def slow_pop_all():
+        moving.set()
+        time.sleep(0.5)  # close() takes its locks meanwhile
+        return pop_all()
+
+    monkeypatch.setattr(lane, "_pop_all", slow_pop_all)
+    def flush():
+        try:
+            env.recorder.writer.flush()
+        except WriterClosedError:  # it ended after close() did: what it moved is written
+            pass
+
+    flushing = threading.Thread(target=flush, daemon=True)
+    flushing.start()
+    assert moving.wait(30)
+    closing = threading.Thread(target=env.close, daemon=True)
+    closing.start()
+    closing.join(30)
+    flushing.join(30)
+    assert not closing.is_alive() and not flushing.is_alive()
+    lengths = [len(e["steps"]["reward"]) for e in open_dataset(tmp_path / "ds").episodes("train")]
+    expected = [len(e["steps"]["reward"]) for e in open_dataset(tmp_path / "reference").episodes("train")]
+    assert lengths == expected
+
+
+def _recorded(path):
+    env = RecordRLDSVector(
+        gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="vector_entry_point"), path
+    )
+    env.reset(seed=0)
+    for action in np.random.default_rng(0).integers(0, 2, (60, 8)):
+        env.step(action)
+    return env
