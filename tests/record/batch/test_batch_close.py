@@ -75,6 +75,7 @@ def test_close_while_another_thread_moves_the_lanes_batches_does_not_deadlock(
         return pop_all()
 
     monkeypatch.setattr(lane, "_pop_all", slow_pop_all)
+
     def flush():
         try:
             env.recorder.writer.flush()
@@ -89,9 +90,11 @@ def test_close_while_another_thread_moves_the_lanes_batches_does_not_deadlock(
     closing.join(30)
     flushing.join(30)
     assert not closing.is_alive() and not flushing.is_alive()
-    lengths = [len(e["steps"]["reward"]) for e in open_dataset(tmp_path / "ds").episodes("train")]
-    expected = [len(e["steps"]["reward"]) for e in open_dataset(tmp_path / "reference").episodes("train")]
-    assert lengths == expected
+
+    def lengths(name):
+        return [len(e["steps"]["reward"]) for e in open_dataset(tmp_path / name).episodes("train")]
+
+    assert lengths("ds") == lengths("reference")
 
 
 def _recorded(path):

