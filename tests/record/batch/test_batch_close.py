@@ -61,9 +61,10 @@ def test_close_while_another_thread_moves_the_lanes_batches_does_not_deadlock(
     # flush() on one thread moves the lane's batches to the writer's queue holding
     # the lane's lock, then takes the queue's mutex; close() on another took the
     # queue's mutex and then the lane's lock: each waited for the other forever.
-    monkeypatch.setattr(batch_lane, "INTERVAL", 600.0)  # the batches stay in the lane
-    env, reference = _recorded(tmp_path / "ds"), _recorded(tmp_path / "reference")
-    reference.close()
+    _recorded(tmp_path / "reference").close()
+    # The writer thread never takes from the lane here: every batch waits there.
+    monkeypatch.setattr(batch_lane.BatchLane, "take", lambda self: [])
+    env = _recorded(tmp_path / "ds")
     lane = env.recorder.writer.lane
     assert lane.waiting
     moving = threading.Event()
