@@ -58,9 +58,6 @@ _BATCH_BELOW = 1 << 20
 _INLINE_BELOW = 256 << 10
 
 
-_FLUSH, _CLOSE, _STOP = FLUSH, CLOSE, STOP
-
-
 class DatasetWriter(LaneWriting):
     """Writes finished episodes into an RLDS dataset in TFDS format.
 
@@ -278,7 +275,7 @@ class DatasetWriter(LaneWriting):
         self._check()
         done = threading.Event()
         self.lane.move_to()  # (the writer thread is woken at once: not on the lane's clock)
-        self._queue.put((_FLUSH, done))
+        self._queue.put((FLUSH, done))
         while not done.wait(0.2):
             if not self._thread.is_alive():
                 break
@@ -305,13 +302,13 @@ class DatasetWriter(LaneWriting):
                     held = self._queued_count + (self._waiting is not None)
                     taken = take_unheld(self._queue.queue, held, self.lane)
                 if taken is not None:  # written here while the thread ends
-                    self._queue.put((_STOP, None))
+                    self._queue.put((STOP, None))
                     for item in in_runs(taken):
                         self._process(item)
                     self._end()
             if taken is None:
                 self.lane.move_to()
-                self._queue.put((_CLOSE, None))  # the join below waits for it
+                self._queue.put((CLOSE, None))  # the join below waits for it
             self._thread.join()
         self.encoder.close()
         self._lock.release()  # never raises: the error below is the one that matters
@@ -380,7 +377,7 @@ class DatasetWriter(LaneWriting):
                     elif item is None and self._dirty:
                         self._guarded(self._commit)
                 continue
-            if item[0] is _STOP:
+            if item[0] is STOP:
                 return
             size = item[1].nbytes if type(item[0]) is str else 0
             with self._io_lock:
@@ -401,10 +398,10 @@ class DatasetWriter(LaneWriting):
         if kind is LANE:
             self._write_lane(payload)
             return False
-        if kind == _CLOSE:
+        if kind == CLOSE:
             self._end()
             return True
-        if kind == _FLUSH:
+        if kind == FLUSH:
             self._guarded(self._commit)
             payload.set()
             return False
