@@ -7,9 +7,11 @@
  * `end`, and zeros are wanted up to `to`. The thread writes them in `pwrite`s
  * of at most 1 MiB through a duplicate of the shard's descriptor, holding its
  * mutex, and sleeps when it has reached `to`; `advance` wakes it only when it
- * sleeps (a store and a load otherwise). It never writes below `floor`: a
- * record ending past the zeros claims its bytes first (`advance` waits for the
- * `pwrite` in flight), so zeros never overwrite a record.
+ * sleeps (a store and a load otherwise). It never writes below `floor`: the
+ * records written before it started (`ZeroAhead(fd, floor)`: its thread may
+ * see a `to` before the first `advance` claims anything), and any record
+ * ending past the zeros, which claims its bytes first (`advance` waits for
+ * the `pwrite` in flight), so zeros never overwrite a record.
  *
  * `close` only stops the thread (after the `pwrite` in flight): no zero is
  * written once it returns. The thread then exits by itself and the last
@@ -35,7 +37,7 @@
  * rlds_writer/_native.py's ABI with it, whenever that changes (a function's
  * arguments, a method, a constant). A build of other sources is then refused
  * at import (its Python path runs instead) rather than called wrongly. */
-#define RLDS_ABI 2
+#define RLDS_ABI 3
 
 #define MAX_WRITE (1 << 20) /* the most one pwrite writes */
 
@@ -124,9 +126,14 @@ static void stop(State *s) {
 }
 
 static int ZeroAhead_init(ZeroAhead *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"fd", NULL};
+    static char *kwlist[] = {"fd", "floor", NULL};
     int fd;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i", kwlist, &fd)) return -1;
+    long long floor;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iL", kwlist, &fd, &floor)) return -1;
+    if (floor < 0) {
+        PyErr_SetString(PyExc_ValueError, "ZeroAhead: floor must be >= 0");
+        return -1;
+    }
     if (self->state != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "ZeroAhead is already running");
         return -1;
@@ -143,6 +150,8 @@ static int ZeroAhead_init(ZeroAhead *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     s->owners = 2;
+    /* Set before the thread starts: it may see a `to` before any claim. */
+    s->floor = s->done = (int64_t)floor;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_attr_t thread_attr;
@@ -424,7 +433,8 @@ static PyMethodDef ZeroAhead_methods[] = {
 static PyTypeObject ZeroAheadType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "rlds_writer.store.formats.tfrecord._zero_ahead.ZeroAhead",
-    .tp_doc = "ZeroAhead(fd): writes zeros into `fd` up to where `advance` asks, on a thread.",
+    .tp_doc = "ZeroAhead(fd, floor): writes zeros into `fd` up to where `advance` asks, on a\n"
+              "thread, never below `floor` (where the records written so far end).",
     .tp_basicsize = sizeof(ZeroAhead),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,

@@ -106,9 +106,9 @@ class _ZerosHere:
 
     _buffer: memoryview | None = None
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, floor: int):
         self._fd = fd
-        self._done = 0  # zeros (or records about to be written) reach here
+        self._done = floor  # zeros (or records about to be written) reach here
 
     def advance(self, end: int, to: int) -> int:
         """A record is about to be written up to `end`; zeros up to `to` are
@@ -162,7 +162,8 @@ class WriteAhead:
                 if start < WRITE_AHEAD_FROM or end - start >= WRITE_AHEAD_RECORD:
                     return 0  # asked again at the next record
                 self._past_records = True
-                zeros = self._zeros = (zero_ahead_type() or _ZerosHere)(self._fd)
+                # The records so far end at `start`: no zero goes below it.
+                zeros = self._zeros = (zero_ahead_type() or _ZerosHere)(self._fd, start)
             to, half = zeros_wanted(end)
             # Asked again when half the reach is left. Every record's `write`
             # claims its bytes from the thread, so a record may end past the

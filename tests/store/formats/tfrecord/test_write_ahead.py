@@ -356,7 +356,7 @@ def test_a_writer_of_zeros_writes_zeros_up_to_where_it_is_told_and_no_further(tm
     # no alignment, no reach of its own, no cap (the rule is `write_ahead`'s).
     path = tmp_path / "file"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    zeros = _writer_of_zeros(zeros_on)(fd)
+    zeros = _writer_of_zeros(zeros_on)(fd, 0)
     try:
         for end, to in ((0, 12_345), (20_000, 20_001), (20_001, (3 << 20) + 7)):
             done = zeros.advance(end, to)
@@ -379,7 +379,7 @@ def test_zeros_are_never_written_over_a_record_that_outran_them(tmp_path, zeros_
     path = tmp_path / "file"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     expected = bytearray()
-    zeros = _writer_of_zeros(zeros_on)(fd)
+    zeros = _writer_of_zeros(zeros_on)(fd, 0)
     check_at = 0
     for i in range(400):
         record = bytes([i % 251 + 1]) * rng.randint(1, 600_000)
@@ -400,6 +400,64 @@ def test_zeros_are_never_written_over_a_record_that_outran_them(tmp_path, zeros_
     assert os.path.getsize(path) == size
 
 
+def test_zeros_never_go_below_the_records_written_before_their_writer_started(tmp_path, zeros_on):
+    # The thread may see a request for zeros before anything claims bytes
+    # (it had not gone to sleep yet): it wrote them from offset 0, over the
+    # shard's first records (seen in CI). Here nothing claims any: the zeros
+    # must still start at the floor given when the writer started.
+    path = tmp_path / "file"
+    records = os.urandom(300_001)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    assert os.write(fd, records) == len(records)
+    zeros = _writer_of_zeros(zeros_on)(fd, len(records))
+    to = len(records) + (3 << 20)
+    try:
+        zeros.advance(0, to)  # end 0: claims nothing
+        _wait_for(lambda: os.path.getsize(path) == to)
+    finally:
+        zeros.close()
+    data = os.pread(fd, to, 0)
+    os.close(fd)
+    assert data[: len(records)] == records
+    assert data[len(records) :].count(0) == to - len(records)
+
+
+class _SeesTheRequestFirst:
+    """A writer of zeros whose first request is acted on before its record
+    claims its bytes: the thread's order when it has not gone to sleep yet."""
+
+    real: type
+
+    def __init__(self, fd, floor):
+        self._zeros = _SeesTheRequestFirst.real(fd, floor)
+        self._fd = fd
+        self.write = getattr(self._zeros, "write", None)
+        self.close = self._zeros.close
+
+    def advance(self, end, to):
+        self._zeros.advance(0, to)
+        _wait_for(lambda: os.fstat(self._fd).st_size >= to)
+        return self._zeros.advance(end, to)
+
+
+def test_a_shard_that_starts_writing_ahead_midway_keeps_the_records_before(
+    tmp_path, monkeypatch, zeros_on
+):
+    # Records of 70 KB write nothing ahead; the small ones after them start
+    # the zeros at about 280 KB into the shard: none may land on the first.
+    _SeesTheRequestFirst.real = write_ahead.zero_ahead_type() or write_ahead._ZerosHere
+    monkeypatch.setattr(write_ahead, "ZeroAhead", _SeesTheRequestFirst)
+    records = [b"\x0a" + os.urandom(70_000) for _ in range(4)]
+    records += [b"\x0a" + os.urandom(2_000) for _ in range(100)]
+    path = tmp_path / "shard"
+    writer = tfrecord_shards.TFRecordShardWriter(epath.Path(path))
+    for record in records:
+        writer.write(record)
+    assert isinstance(writer._ahead._zeros, _SeesTheRequestFirst)
+    writer.close()
+    assert list(tfrecord_shards.tfrecord_records(path, strict=True)) == records
+
+
 @pytest.mark.skipif(
     write_ahead.zero_ahead_type() is None, reason="the _zero_ahead extension is not built"
 )
@@ -412,7 +470,7 @@ def test_a_record_written_through_the_thread_claims_its_bytes_without_asking_fir
     rng = random.Random(1)
     path = tmp_path / "file"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    zeros = write_ahead.zero_ahead_type()(fd)
+    zeros = write_ahead.zero_ahead_type()(fd, 0)
     expected = bytearray()
     ask_at = 0
     taken = 0
@@ -449,8 +507,8 @@ class _Lagging:
     calls = 0
     real: type
 
-    def __init__(self, fd):
-        self._zeros = _Lagging.real(fd)
+    def __init__(self, fd, floor):
+        self._zeros = _Lagging.real(fd, floor)
         self.write = getattr(self._zeros, "write", None)  # (none before the claim in write)
         self.close = self._zeros.close
 
@@ -490,7 +548,7 @@ def test_a_thread_short_of_cpu_is_asked_for_zeros_once_per_half_reach_not_per_re
 )
 def test_a_forked_child_gets_an_error_from_the_thread_it_does_not_have(tmp_path):
     fd = os.open(tmp_path / "file", os.O_WRONLY | os.O_CREAT, 0o644)
-    zeros = write_ahead.zero_ahead_type()(fd)
+    zeros = write_ahead.zero_ahead_type()(fd, 0)
     pid = os.fork()
     if pid == 0:  # the child: no thread; neither call may wait for its mutex
         try:
@@ -579,7 +637,7 @@ _MISUSE = textwrap.dedent(
     rounds, deadline = 0, time.monotonic() + float(sys.argv[2])
     while rounds < 300 or time.monotonic() < deadline and rounds < 3000:
         rounds += 1
-        zeros = zero_ahead(fd)
+        zeros = zero_ahead(fd, 0)
         start = threading.Barrier(len(sys.argv) - 3)
         reached = []
 
