@@ -35,7 +35,7 @@ ABI = {
     "rlds_writer.record.batch._frame_rows": 1,
     "rlds_writer.store.formats.tfrecord._crc32c": 2,
     "rlds_writer.store.formats.tfrecord._zero_ahead": 3,
-    "rlds_writer.store.writing._batch_records": 2,
+    "rlds_writer.store.writing._batch_records": 3,
     "rlds_writer.store.features._float_bits": 1,
 }
 

@@ -30,8 +30,8 @@
  *     steps in all and the oldest first row (t if none).
  *
  * gather and plan are in _ring_gather.c; encode_ring (_ring_records.c) writes encode's
- * records straight from the ring, without gather; write_files (_shard_files.c) writes
- * whole shard files of them.
+ * records straight from the ring, without gather; write_shards (_shard_files.c) writes
+ * them into shard files: the open one, whole ones and the next one.
  *
  * gather and encode run without the GIL (the env thread and the writer thread overlap).
  * The records' masked CRC-32C is _crc32c's (its capsule, _crc32c.h): one implementation.
@@ -44,7 +44,7 @@
  * rlds_writer/_native.py's ABI with it, whenever that changes (a function's
  * arguments, a method, a constant). A build of other sources is then refused
  * at import (its Python path runs instead) rather than called wrongly. */
-#define RLDS_ABI 2
+#define RLDS_ABI 3
 
 #if HAVE_SSE42
 
@@ -336,9 +336,10 @@ static PyMethodDef methods[] = {
     {"encode_ring", (PyCFunction)(void (*)(void))encode_ring, METH_FASTCALL,
      "encode_ring(fields, batches, constants) -> (buffer, starts, lengths): episodes' framed "
      "tf.train.Example records straight from the ring (_ring_records.c)."},
-    {"write_files", (PyCFunction)(void (*)(void))write_files, METH_FASTCALL,
-     "write_files(paths, buffer, bounds) -> (count, errno): new files each written whole "
-     "from a slice of buffer, without the GIL (_shard_files.c)."},
+    {"write_shards", (PyCFunction)(void (*)(void))write_shards, METH_FASTCALL,
+     "write_shards(head_fd, head_end, close_head, paths, buffer, bounds, keep_last) -> "
+     "(head, files, errno, tail_fd): slices of buffer written to an open shard and to new "
+     "ones, without the GIL (_shard_files.c)."},
 #endif
     {NULL, NULL, 0, NULL},
 };

@@ -113,7 +113,7 @@ records_result(PyObject *buffer, const int64_t *starts, const int64_t *lengths, 
 }
 
 /* The module's functions (described in _batch_records.c) defined in other files:
- * _ring_records.c encode_ring, _ring_gather.c gather and plan, _shard_files.c write_files. */
+ * _ring_records.c encode_ring, _ring_gather.c gather and plan, _shard_files.c write_shards. */
 __attribute__((visibility("hidden"))) PyObject *encode_ring(PyObject *module,
                                                             PyObject *const *args,
                                                             Py_ssize_t nargs);
@@ -121,9 +121,9 @@ __attribute__((visibility("hidden"))) PyObject *gather(PyObject *module, PyObjec
                                                        Py_ssize_t nargs);
 __attribute__((visibility("hidden"))) PyObject *plan(PyObject *module, PyObject *const *args,
                                                      Py_ssize_t nargs);
-__attribute__((visibility("hidden"))) PyObject *write_files(PyObject *module,
-                                                            PyObject *const *args,
-                                                            Py_ssize_t nargs);
+__attribute__((visibility("hidden"))) PyObject *write_shards(PyObject *module,
+                                                             PyObject *const *args,
+                                                             Py_ssize_t nargs);
 
 #endif /* HAVE_SSE42 */
 #endif /* RLDS_BATCH_RECORDS_H */

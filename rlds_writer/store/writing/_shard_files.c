@@ -1,18 +1,28 @@
-/* Whole shard files written in one call without the GIL, part of the _batch_records
- * extension (store/writing/batch_lane.py):
+/* Shard files written in one call without the GIL, part of the _batch_records
+ * extension (store/writing/batch_lane.py, split_shards.py `write_run`):
  *
- * write_files(paths, buffer, bounds) -> (count, errno)
- *     for each i in order: creates paths[i] (bytes; O_CREAT | O_EXCL | O_NOFOLLOW, 0644:
- *     nothing already there, no link, is ever written through), writes
- *     buffer[bounds[2i]:bounds[2i+1]] to it whole (resuming short writes) and closes it.
- *     Stops at the first failure. Returns how many files were written and closed, and the
- *     failure's errno (0: none); a file that failed to be written whole is removed.
+ * write_shards(head_fd, head_end, close_head, paths, buffer, bounds, keep_last)
+ *         -> (head, files, errno, tail_fd)
+ *     In order, stopping at the first failure:
+ *     1. where head_fd >= 0 (the split's open shard): writes buffer[bounds[0]:bounds[1]]
+ *        whole to it at head_end (where its records end), then closes it if close_head
+ *        (it is full). head: -1 no head; 0 its write failed (the fd is left open);
+ *        1 written (and closed if asked); 2 written, its close failed (the fd is gone).
+ *     2. for each paths[i] (bytes): creates it (O_CREAT | O_EXCL | O_NOFOLLOW, 0644:
+ *        nothing already there, no link, is ever written through), writes
+ *        buffer[bounds[2i+2]:bounds[2i+3]] to it whole (resuming short writes) and
+ *        closes it; the last one is left open if keep_last (the next open shard): its fd
+ *        is tail_fd (-1 otherwise). A file that failed to be written whole is removed.
+ *     files: how many paths were written (and closed, or left open as the tail);
+ *     errno: the failure's (0: none).
  *
  * The batch lane writes the records of the many shards that one wake-up of the writer
  * thread fills (a shard every `max_episodes_per_file` episodes: thousands of short
- * episodes end per second in a batched recording) with it: each open, write and close
- * made from Python lets the GIL go and takes it back, and each time the writer thread
- * takes the GIL the env thread waits for it and for a wake-up.
+ * episodes end per second in a batched recording) with it: the open shard's last
+ * records and its close, the whole shards, the next shard's open and first records. Each
+ * of these made from Python lets the GIL go and takes it back, and each time the writer
+ * thread takes the GIL the env thread waits for it and for a wake-up (50-100 us on a VM):
+ * seven such hand-overs per wake-up before, one now.
  */
 #include "_batch_records.h"
 
@@ -22,7 +32,7 @@
 
 #if HAVE_SSE42
 
-/* Writes p[0:n] whole to fd; 0, or errno. */
+/* Writes p[0:n] whole to fd at its position; 0, or errno. */
 static int
 write_whole(int fd, const char *p, int64_t n)
 {
@@ -41,20 +51,39 @@ write_whole(int fd, const char *p, int64_t n)
 }
 
 __attribute__((visibility("hidden"))) PyObject *
-write_files(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+write_shards(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 3 || !PyTuple_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "write_files(paths: tuple of bytes, buffer, bounds)");
+    if (nargs != 7 || !PyTuple_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "write_shards(head_fd, head_end, close_head, paths: tuple of bytes, "
+                        "buffer, bounds, keep_last)");
         return NULL;
     }
-    PyObject *paths = args[0];
+    long head_fd = PyLong_AsLong(args[0]);
+    if (head_fd == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    long long head_end = PyLong_AsLongLong(args[1]);
+    if (head_end == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    int close_head = PyObject_IsTrue(args[2]);
+    int keep_last = PyObject_IsTrue(args[6]);
+    if (close_head < 0 || keep_last < 0) {
+        return NULL;
+    }
+    if (head_fd < -1 || head_fd > INT_MAX || head_end < 0) {
+        PyErr_SetString(PyExc_ValueError, "write_shards: head_fd or head_end out of range");
+        return NULL;
+    }
+    PyObject *paths = args[3];
     Py_ssize_t count = PyTuple_GET_SIZE(paths);
     Py_buffer data, bounds;
-    if (PyObject_GetBuffer(args[1], &data, PyBUF_SIMPLE) < 0) {
+    if (PyObject_GetBuffer(args[4], &data, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
-    if (get_index(args[2], &bounds, 2 * count, "bounds") < 0) {
+    if (get_index(args[5], &bounds, 2 * count + 2, "bounds") < 0) {
         PyBuffer_Release(&data);
         return NULL;
     }
@@ -65,41 +94,64 @@ write_files(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     const int64_t *bound = bounds.buf;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *path = PyTuple_GET_ITEM(paths, i);
-        if (!PyBytes_Check(path) || (Py_ssize_t)strlen(PyBytes_AS_STRING(path)) !=
-                                        PyBytes_GET_SIZE(path)) {
-            PyErr_SetString(PyExc_TypeError, "write_files: a path is bytes without NUL");
-            goto done;
+    for (Py_ssize_t i = 0; i <= count; i++) {
+        if (i < count) {
+            PyObject *path = PyTuple_GET_ITEM(paths, i);
+            if (!PyBytes_Check(path) || (Py_ssize_t)strlen(PyBytes_AS_STRING(path)) !=
+                                            PyBytes_GET_SIZE(path)) {
+                PyErr_SetString(PyExc_TypeError, "write_shards: a path is bytes without NUL");
+                goto done;
+            }
+            names[i] = PyBytes_AS_STRING(path); /* kept alive by the tuple */
         }
         if (bound[2 * i] < 0 || bound[2 * i] > bound[2 * i + 1] ||
             bound[2 * i + 1] > data.len) {
-            PyErr_Format(PyExc_IndexError, "write_files: bounds of file %zd are out of range", i);
+            PyErr_Format(PyExc_IndexError, "write_shards: bounds %zd are out of range", i);
             goto done;
         }
-        names[i] = PyBytes_AS_STRING(path); /* kept alive by the tuple */
     }
-    Py_ssize_t written = 0;
-    int error = 0;
+    int head = -1, error = 0, tail_fd = -1;
+    Py_ssize_t files = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (; written < count; written++) {
-        int fd = open(names[written], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (head_fd >= 0) {
+        int fd = (int)head_fd;
+        head = 0;
+        if (lseek(fd, (off_t)head_end, SEEK_SET) < 0) {
+            error = errno ? errno : EIO;
+        } else {
+            error = write_whole(fd, (const char *)data.buf + bound[0], bound[1] - bound[0]);
+        }
+        if (!error) {
+            head = 1;
+            if (close_head && close(fd) < 0 && errno != EINTR) {
+                error = errno ? errno : EIO;
+                head = 2;
+            }
+        }
+    }
+    for (; !error && files < count; files++) {
+        const char *name = names[files];
+        int fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd < 0) {
             error = errno ? errno : EIO;
             break;
         }
-        const char *p = (const char *)data.buf + bound[2 * written];
-        error = write_whole(fd, p, bound[2 * written + 1] - bound[2 * written]);
+        const int64_t *b = bound + 2 * files + 2;
+        error = write_whole(fd, (const char *)data.buf + b[0], b[1] - b[0]);
+        if (!error && keep_last && files == count - 1) {
+            tail_fd = fd; /* the next open shard */
+            continue;
+        }
         if (close(fd) < 0 && !error && errno != EINTR) {
             error = errno ? errno : EIO;
         }
         if (error) {
-            unlink(names[written]); /* never a torn file left under a shard's name */
+            unlink(name); /* never a torn file left under a shard's name */
             break;
         }
     }
     Py_END_ALLOW_THREADS
-    result = Py_BuildValue("(ni)", written, error);
+    result = Py_BuildValue("(inii)", head, files, error, tail_fd);
 done:
     PyMem_Free(names);
     PyBuffer_Release(&bounds);

@@ -253,15 +253,13 @@ def write_batches(
         batch.release()
     count = len(starts)
     done = 0
-    while done < count:  # the rotations, planned per shard: one append each
-        whole = shards.whole_shards(split, count - done)
-        if whole:  # the shards it fills from their first record: in one call
-            take = whole * shards.max_episodes_per_file
-            part = slice(done, done + take)
-            shards.write_whole(split, buffer, starts[part], lengths[part], whole)
-            done += take
+    while done < count:
+        # Locally: every shard they go to in one call (the open one, whole ones, the next).
+        took = shards.write_run(split, buffer, starts[done:], lengths[done:])
+        if took:
+            done += took
             continue
-        take = min(count - done, shards.room(split))
+        take = min(count - done, shards.room(split))  # one shard per append
         part = slice(done, done + take)
         shards.append_records(split, buffer, starts[part], lengths[part])
         done += take

@@ -41,6 +41,14 @@ def open_shard(
     return shards.open_writer(path, file_format, fsync, max_records)
 
 
+def open_adopted(path: epath.Path, fd: int, max_records: int) -> ShardWriter:
+    """The open TFRecord shard at `path` that `_shard_files.c` created (O_EXCL) and
+    started: its writer takes over `fd`."""
+    from rlds_writer.store.formats.tfrecord.tfrecord_shards import TFRecordShardWriter
+
+    return TFRecordShardWriter(path, False, max_records, fd=fd)
+
+
 @dataclasses.dataclass(frozen=True)
 class UnsavedShard:
     """A shard the object store did not take; its bytes are kept on the local disk.
@@ -152,47 +160,83 @@ class SplitShards:
         state.episodes.append(range(self.appended + 1, self.appended + count + 1))
         self.appended += count
 
-    def whole_shards(self, split: str, records: int) -> int:
-        """How many whole shards of `records` framed records `write_whole` writes now for
-        `split`: where no shard of it is open, locally, in TFRecord, without fsync."""
-        state = self._splits.get(split)
-        if (
-            self.remote
-            or self.fsync
-            or self.file_format != "tfrecord"
-            or batch_records.native is None
-            or (state is not None and state.shard is not None)
-        ):
-            return 0
-        return records // self.max_episodes_per_file
-
-    def write_whole(self, split: str, buffer: Any, starts: Any, lengths: Any, shards: int) -> None:
-        """Writes `shards` whole shards of `split` (`max_episodes_per_file` records each,
-        framed in `buffer` as for `append_records`), created, written and closed in one
-        call without the GIL (`_shard_files.c`): closed shards, listed at the next commit.
+    def write_run(self, split: str, buffer: Any, starts: Any, lengths: Any) -> int:
+        """Writes every record framed in `buffer` (as for `append_records`) into `split`'s
+        shards in one call without the GIL (`_shard_files.c` `write_shards`): the rest of
+        the open shard (closed if they fill it), the whole shards they fill, and the next
+        shard, left open with the rest. Locally, in TFRecord, without fsync only, and only
+        where nothing writes zeros ahead in the open shard. Returns how many records it
+        wrote: all, or 0 where it does not apply (`append_records` then).
 
         Raises:
-          OSError: a shard could not be written (those before it are kept).
+          OSError: a shard could not be written, naming it (those before it are kept:
+            closed shards, listed at the next commit).
         """
+        native = batch_records.native
+        if self.remote or self.fsync or self.file_format != "tfrecord" or native is None:
+            return 0
         state = self._splits.get(split)
         if state is None:
             state = self._splits[split] = _SplitState(split, [], 0)
-        per, template = self.max_episodes_per_file, self._template(split)
-        index = len(state.lengths) + state.failed
-        paths, bounds = [], []
-        for k in range(shards):
-            first, last = k * per, k * per + per - 1
-            paths.append(os.fsencode(self.path / template.filename(index + k, 0)))
+        head = state.shard
+        head_fd = -1 if head is None else getattr(head, "plain_fd", lambda: None)()
+        if head_fd is None:
+            return 0
+        count, per = len(starts), self.max_episodes_per_file
+        # Records per file: the open shard's room first, then whole shards, the rest last.
+        take = [] if head is None else [min(count, per - head.num_records)]
+        take += [per] * ((count - sum(take)) // per)
+        rest = count - sum(take)
+        if rest:
+            take.append(rest)
+        if head is None:
+            take.insert(0, 0)  # no head: its bounds unused
+        bounds, paths, first = [], [], 0
+        template, index = self._template(split), len(state.lengths) + state.failed
+        for k, n in enumerate(take):
+            if n == 0:
+                bounds += [0, 0]
+                continue
+            last = first + n - 1
             bounds += [int(starts[first]), int(starts[last]) + 16 + int(lengths[last])]
-        written, error = batch_records.native.write_files(
-            tuple(paths), buffer, np.array(bounds, np.int64)
-        )
-        for k in range(written):
-            state.lengths.append(per)
-            state.num_bytes += bounds[2 * k + 1] - bounds[2 * k] - 16 * per
-        self.appended += written * per
+            first += n
+            if k:
+                name = template.filename(index + len(paths) + (head is not None), 0)
+                paths.append(os.fsencode(self.path / name))
+        close_head = head is not None and head.num_records + take[0] >= per
+        keep_last = bool(rest) and (head is None or close_head)
+        head_end = head.end if head is not None else 0
+        done, files, error, tail_fd = native.write_shards(
+            head_fd, head_end, close_head, tuple(paths), buffer,
+            np.array(bounds, np.int64), keep_last,
+        )  # fmt: skip
+        if done >= 1:  # the open shard took its records (and is closed if full)
+            n, size = take[0], bounds[1] - bounds[0]
+            head.appended(n, size - 16 * n, size, closed=close_head)
+            state.episodes.append(range(self.appended + 1, self.appended + n + 1))
+            self.appended += n
+            if close_head:
+                state.shard, state.episodes = None, []
+                if done == 1:
+                    state.lengths.append(head.num_records)
+                    state.num_bytes += head.num_bytes
+                index += 1
+        if error and done in (0, 2):  # the open shard's write, or its close, failed
+            raise OSError(error, os.strerror(error), os.fspath(head.path))
+        for k in range(files):
+            n, size = take[1 + k], bounds[2 * k + 3] - bounds[2 * k + 2]
+            if keep_last and k == len(paths) - 1:  # the next open shard
+                path = self.path / template.filename(index + k, 0)
+                state.shard = open_adopted(path, tail_fd, per)
+                state.shard.appended(n, size - 16 * n, size)
+                state.episodes = [range(self.appended + 1, self.appended + n + 1)]
+            else:
+                state.lengths.append(n)
+                state.num_bytes += size - 16 * n
+            self.appended += n
         if error:
-            raise OSError(error, os.strerror(error), os.fsdecode(paths[written]))
+            raise OSError(error, os.strerror(error), os.fsdecode(paths[files]))
+        return count
 
     def _open(self, split: str) -> _SplitState:
         state = self._splits.get(split)

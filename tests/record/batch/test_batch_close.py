@@ -31,14 +31,18 @@ def test_close_writes_the_queued_episodes_on_the_closing_thread_and_lists_them(
             return super().get(*args, **kwargs)
 
     appended = []
-    append_records = split_shards.SplitShards.append_records
 
-    def noting_the_thread(self, *args):
-        appended.append(threading.current_thread().name)
-        return append_records(self, *args)
+    def noting_the_thread(write):
+        def noted(self, *args):
+            appended.append(threading.current_thread().name)
+            return write(self, *args)
+
+        return noted
 
     monkeypatch.setattr(writer.queue, "Queue", HeldQueue)
-    monkeypatch.setattr(split_shards.SplitShards, "append_records", noting_the_thread)
+    for name in ("append_records", "write_run"):  # the records' writes, wherever they go
+        write = getattr(split_shards.SplitShards, name)
+        monkeypatch.setattr(split_shards.SplitShards, name, noting_the_thread(write))
     env = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="vector_entry_point")
     before = set(threading.enumerate())
     env = RecordRLDSVector(env, tmp_path / "ds")

@@ -60,7 +60,7 @@ def test_one_wake_up_writes_every_pending_batch_in_one_encode_and_flush_close_wa
 ):
     reference = _record(tmp_path / "reference", 200)
     reference.close()
-    calls = {"encode": 0, "whole": 0, "append": 0}
+    calls = {"encode": 0, "shards": 0, "append": 0}
     native = ring_records.native
 
     def counting(name, fn):
@@ -71,9 +71,9 @@ def test_one_wake_up_writes_every_pending_batch_in_one_encode_and_flush_close_wa
         return counted
 
     monkeypatch.setattr(native, "encode_ring", counting("encode", native.encode_ring))
-    for name, method in (("whole", "write_whole"), ("append", "append_records")):
-        counted = counting(name, getattr(split_shards.SplitShards, method))
-        monkeypatch.setattr(split_shards.SplitShards, method, counted)
+    monkeypatch.setattr(native, "write_shards", counting("shards", native.write_shards))
+    counted = counting("append", split_shards.SplitShards.append_records)
+    monkeypatch.setattr(split_shards.SplitShards, "append_records", counted)
     monkeypatch.setattr(batch_lane, "INTERVAL", 600.0)  # no wake-up on the clock here
     seen = {}
 
@@ -93,11 +93,12 @@ def test_one_wake_up_writes_every_pending_batch_in_one_encode_and_flush_close_wa
     # one encode before the flush; the rest wait in the lane.
     assert seen["handed"] > 30 and seen["held"] > 0
     assert seen["wakes"] <= 1 and seen["calls"]["encode"] <= 1
-    # The flush's wake-up: one encode for all of them, one call for the whole shards of 5,
-    # at most two appends (filling the open shard, starting the next); twice that if
-    # the thread was taking the first of them off the lane as the flush moved the rest.
+    # The flush's wake-up: one encode for all of them, one call without the GIL for every
+    # shard they go to (the open one filled and closed, the whole shards of 5, the next one
+    # opened), nothing written from Python; twice that if the thread was taking the first
+    # of them off the lane as the flush moved the rest.
     done = {k: seen["flushed"][k] - seen["calls"][k] for k in calls}
-    assert done["encode"] in (1, 2) and done["whole"] in (1, 2) and done["append"] <= 4
+    assert done["encode"] in (1, 2) and done["shards"] in (1, 2) and calls["append"] == 0
     # The hand-overs after it woke the thread at most once (if the flush left it idle).
     assert writer.lane.wakes <= seen["wakes"] + 1
     _bounded(env.close)
@@ -121,16 +122,66 @@ def test_spilled_episodes_keep_their_place_among_the_lanes_batches(tmp_path, mon
     assert got == want and len(got) > 50
 
 
-def test_whole_shard_files_stop_at_the_first_that_cannot_be_made(tmp_path):
+def test_one_call_writes_the_open_shard_whole_shards_and_the_next_and_stops_at_a_failure(
+    tmp_path,
+):
     native = split_shards.batch_records.native
-    buffer = bytes(range(90))
+    buffer = bytes(range(100))
+    head = tmp_path / "head"
+    fd = os.open(head, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.write(fd, b"HEAD")
+    os.lseek(fd, 0, os.SEEK_SET)  # written at where its records end, wherever it stands
     paths = [tmp_path / name for name in ("a", "b", "c")]
-    paths[1].write_bytes(b"already here")  # O_EXCL: never written through
-    bounds = np.array([0, 30, 30, 60, 60, 90], np.int64)
-    written, error = native.write_files(tuple(bytes(p) for p in paths), buffer, bounds)
-    assert (written, error) == (1, errno.EEXIST)
+    bounds = np.array([0, 10, 10, 40, 40, 70, 70, 100], np.int64)
+    got = native.write_shards(fd, 4, True, tuple(bytes(p) for p in paths), buffer, bounds, True)
+    head_state, files, error, tail = got
+    assert (head_state, files, error) == (1, 3, 0) and tail >= 0
+    os.write(tail, b"more")  # the next shard, left open at its records' end
+    os.close(tail)
+    assert head.read_bytes() == b"HEAD" + buffer[:10]
+    assert [p.read_bytes() for p in paths] == [buffer[10:40], buffer[40:70], buffer[70:] + b"more"]
+    # A failure stops it: the file there is never written through, none after it is made.
+    paths = [tmp_path / name for name in ("d", "e", "f")]
+    paths[1].write_bytes(b"already here")  # O_EXCL
+    bounds = np.array([0, 0, 0, 30, 30, 60, 60, 90], np.int64)
+    got = native.write_shards(-1, 0, False, tuple(bytes(p) for p in paths), buffer, bounds, True)
+    assert got == (-1, 1, errno.EEXIST, -1)
     assert paths[0].read_bytes() == buffer[:30] and paths[1].read_bytes() == b"already here"
     assert not paths[2].exists()
+    # The open shard's write failing: nothing else made, its descriptor left open.
+    fd = os.open(head, os.O_RDONLY)
+    try:
+        bounds = np.array([0, 10, 10, 40], np.int64)
+        got = native.write_shards(fd, 0, True, (bytes(tmp_path / "g"),), buffer, bounds, True)
+        assert got == (0, 0, errno.EBADF, -1) and not (tmp_path / "g").exists()
+        os.fstat(fd)  # still open
+    finally:
+        os.close(fd)
+
+
+def test_an_open_shard_writing_zeros_ahead_is_filled_from_python_then_the_rest_in_one_call(
+    tmp_path, monkeypatch
+):
+    # Where the open shard has zeros written ahead (its records went in from Python), a
+    # write from C would race them: it is filled through the shard, the rest in one call.
+    reference = _record(tmp_path / "reference", 200)
+    reference.close()
+    from rlds_writer.store.formats.tfrecord import tfrecord_shards
+
+    monkeypatch.setattr(tfrecord_shards.TFRecordShardWriter, "plain_fd", lambda self: None)
+    heads = []
+    append = split_shards.SplitShards.append_records
+
+    def noted(self, split, buffer, starts, lengths):
+        heads.append(self._splits[split].shard.num_records + len(starts))
+        return append(self, split, buffer, starts, lengths)
+
+    monkeypatch.setattr(split_shards.SplitShards, "append_records", noted)
+    env = _record(tmp_path / "held", 200)
+    env.close()
+    assert heads and all(n == 5 for n in heads[:-1])  # each fills the open shard
+    got, want = _records_in_order(tmp_path / "held"), _records_in_order(tmp_path / "reference")
+    assert got == want and len(got) > 100
 
 
 def test_object_store_shards_from_the_lane_are_the_local_whole_shards(tmp_path, monkeypatch):

@@ -131,15 +131,14 @@ def test_queued_batches_are_written_at_once_across_shard_rotations(tmp_path, mon
         return append(self, split, buffer, starts, lengths)
 
     monkeypatch.setattr(split_shards.SplitShards, "append_records", counted)
-    whole_calls = []
-    whole = split_shards.SplitShards.write_whole
+    native = split_shards.batch_records.native
+    write_shards, calls = native.write_shards, []
 
-    def counted_whole(self, split, buffer, starts, lengths, shards):
-        whole_calls.append(shards)
-        appended.extend([self.max_episodes_per_file] * shards)
-        return whole(self, split, buffer, starts, lengths, shards)
+    def counted_shards(head_fd, head_end, close_head, paths, buffer, bounds, keep_last):
+        calls.append((head_fd >= 0, len(paths), keep_last))
+        return write_shards(head_fd, head_end, close_head, paths, buffer, bounds, keep_last)
 
-    monkeypatch.setattr(split_shards.SplitShards, "write_whole", counted_whole)
+    monkeypatch.setattr(native, "write_shards", counted_shards)
     alone = BatchRecorder(tmp_path / "alone", _config(), N, max_episodes_per_file=7)
     _record(alone, 60)
     alone.close()
@@ -148,16 +147,16 @@ def test_queued_batches_are_written_at_once_across_shard_rotations(tmp_path, mon
     try:
         _record(rec, 60)  # a ring this size spills nor cuts out nothing: every end is a batch
         queued = len(waiting_batches(rec.writer))
-        appended.clear()
-        whole_calls.clear()
+        appended.clear()  # the run alone's
+        calls.clear()
     finally:
         rec.writer._io_lock.release()
     rec.flush()
-    # One encode; the whole shards of 7 in one call (files made, written, closed), the rest
-    # appended to a shard left open.
+    # One encode; one call without the GIL for every shard: the whole shards of 7 (files
+    # made, written, closed) and the rest, in a shard left open; nothing appended from Python.
     episodes = rec.episodes_written
-    assert queued > 10 and appended == [7] * (episodes // 7) + [episodes % 7] * (episodes % 7 > 0)
-    assert whole_calls == [episodes // 7]
+    assert queued > 10 and episodes > 14 and not appended
+    assert calls == [(False, episodes // 7 + (episodes % 7 > 0), episodes % 7 > 0)]
     rec.close()
     assert records(tmp_path / "held") == records(tmp_path / "alone")
     lengths, _ = rec.writer.splits["train"]

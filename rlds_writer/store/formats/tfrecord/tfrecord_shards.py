@@ -61,11 +61,20 @@ class TFRecordShardWriter:
     Args:
       path: the new shard's path (must not exist; never a link).
       fsync: call `fsync` at every flush.
+      max_records: the most records it will take, where known.
+      fd: a local shard already created (without fsync) and written by the caller
+        (`adopt`), whose descriptor it takes over.
     """
 
     file_format = "tfrecord"
 
-    def __init__(self, path: epath.Path, fsync: bool = False, max_records: int | None = None):
+    def __init__(
+        self,
+        path: epath.Path,
+        fsync: bool = False,
+        max_records: int | None = None,
+        fd: int | None = None,
+    ):
         self.path = path
         self.fsync = fsync
         self.num_records = 0
@@ -78,7 +87,11 @@ class TFRecordShardWriter:
         self._end = 0  # where the records end
         self._ahead: write_ahead.WriteAhead | None = None
         self._check_at = write_ahead.NEVER  # the next record ending past it calls `before`
-        if file_io.is_local(path):
+        if fd is not None:  # created (O_EXCL) and written by `_shard_files.c`
+            self._fd = fd
+            self._ahead = write_ahead.WriteAhead(fd)
+            self._check_at = 0
+        elif file_io.is_local(path):
             # O_EXCL also refuses a symbolic link planted under the shard's name.
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             if fsync:  # make the new directory entry durable too
@@ -121,6 +134,31 @@ class TFRecordShardWriter:
             self._f.write_parts([framed])
         self.num_records += count
         self.num_bytes += data_bytes
+
+    @property
+    def end(self) -> int:
+        """Where the records end in the file (its size, but for zeros written ahead)."""
+        return self._end
+
+    def plain_fd(self) -> int | None:
+        """The descriptor, where the caller may append records by a plain write at
+        the records' end (`appended`): a local shard without fsync and without zeros
+        written ahead (which a write from elsewhere would race); else None."""
+        if self._fd is None or self.fsync:
+            return None
+        ahead = self._ahead
+        if ahead is not None and not ahead.quiet:
+            return None
+        return self._fd
+
+    def appended(self, count: int, data_bytes: int, total: int, closed: bool = False) -> None:
+        """Counts `count` records (`total` bytes framed) the caller wrote at the records'
+        end through `plain_fd` (`_shard_files.c`); `closed`: it closed the descriptor too."""
+        self.num_records += count
+        self.num_bytes += data_bytes
+        self._end += total
+        if closed:
+            self._fd = self._ahead = None
 
     def _write_local(self, parts: list[Any], total: int, end: int) -> None:
         """Writes `parts` (`total` bytes, up to `end`) whole at the records' end,

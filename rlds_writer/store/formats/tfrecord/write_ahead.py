@@ -185,6 +185,12 @@ class WriteAhead:
             self._past_records = False
             return NEVER
 
+    @property
+    def quiet(self) -> bool:
+        """No zeros are being written, nor lie past the records: the file's bytes are
+        the records only, and a write from elsewhere races nothing."""
+        return self._zeros is None and not self._past_records
+
     def write(self, parts: list[Any], end: int, total: int) -> bool:
         """Writes a record's parts (`total` bytes, ending at `end`) at the
         shard's position where the thread's extension takes them (writes of
