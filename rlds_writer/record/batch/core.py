@@ -457,15 +457,10 @@ class BatchRecorder:
         # (`cut`: `TimeRing.gather`'s); the ring cuts its columns out first if it
         # would overwrite row `oldest` before then.
         envs, starts, counts, firsts = cut
-        batch = EpisodeBatch(
-            None,
-            offsets,
-            steps,
-            reasons,
-            self._reason_values,
-            cut=RingCut(self._source, envs, starts, counts, offsets, steps, reasons, firsts),
-            nbytes=int(offsets[-1] + steps[-1]) * self._row_nbytes,
-        )
+        rows = int(offsets[-1] + steps[-1])  # the episodes' steps in all (no numpy sum)
+        ring_cut = RingCut(self._source, envs, starts, counts, offsets, steps, reasons, firsts)
+        values, nbytes = self._reason_values, rows * self._row_nbytes
+        batch = EpisodeBatch(None, offsets, steps, reasons, values, ring_cut, nbytes, rows)
         self._ring.defer(oldest, batch)
         self.writer.write_deferred(batch, self.split)
 

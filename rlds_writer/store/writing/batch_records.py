@@ -62,7 +62,9 @@ class EpisodeBatch:
     `nbytes` given) holds its episodes' rows in a batch recorder's ring: the
     writer thread encodes its records from there (`ring_records`), holding
     `lock`; the recorder, about to overwrite the rows, cuts the columns out
-    first (`materialize`), as does any thread that asks for `columns`.
+    first (`materialize`), as does any thread that asks for `columns`. Its
+    caller knows `num_steps` too (`offsets[-1] + steps[-1]`): a numpy sum on
+    the env thread at every vector step cost ~3% of a recorded CartPole loop.
     """
 
     __slots__ = (
@@ -79,6 +81,7 @@ class EpisodeBatch:
         episode_values: list[dict[str, Any]],
         cut: Any = None,
         nbytes: int | None = None,
+        num_steps: int | None = None,
     ):
         self._columns = columns
         self.cut = cut
@@ -88,7 +91,7 @@ class EpisodeBatch:
         self.reasons = reasons
         self.episode_values = episode_values
         self.count = len(steps)
-        self.num_steps = int(steps.sum())
+        self.num_steps = int(steps.sum()) if num_steps is None else num_steps
         if nbytes is None:
             nbytes = sum(c.nbytes for c in columns.values())
         self.nbytes = nbytes
