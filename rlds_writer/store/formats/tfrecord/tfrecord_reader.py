@@ -41,8 +41,17 @@ class _ReadAhead:
 
     def read_at(self, offset: int, n: int) -> bytes:
         end = offset + n
-        if self._start <= offset and end <= self._start + len(self._data):
+        held = self._start + len(self._data)
+        if self._start <= offset and end <= held:
             return self._data[offset - self._start : end - self._start]
+        if self._start <= offset < held:
+            # A record across the window's end: keep the part held and fetch on from
+            # there (fetching it again from its start cost a record per window: 20%
+            # more bytes for 270 KB records).
+            more = max(end - held, min(self._WINDOW, self.limit - held))
+            self._data = self._data[offset - self._start :] + self.source.read_at(held, more)
+            self._start = offset
+            return self._data[:n]
         if n >= self._WINDOW:  # a large record: read it alone
             return self.source.read_at(offset, n)
         window = max(n, min(self._WINDOW, self.limit - offset))
