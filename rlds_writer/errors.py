@@ -240,6 +240,23 @@ class ViewerRequestError(RLDSWriterError, ValueError):
         self.status = status
 
 
+class MissingShardError(RLDSWriterError, FileNotFoundError):
+    """A shard file that `dataset_info.json` lists is not there (deleted, or never synced).
+
+    A `FileNotFoundError`, as before; `listed` words it with the commands that help.
+    """
+
+    @classmethod
+    def listed(cls, path: str, split: str, index: int, dataset: str) -> MissingShardError:
+        """The error for shard `index` of `split` at `path`, in the dataset directory `dataset`."""
+        return cls(
+            f"{path}: shard {index} of split {split!r} is listed in dataset_info.json but "
+            f"missing; restore the file if you have it, else run `rlds-writer validate "
+            f"{dataset}` to see what else is damaged and `rlds-writer recover {dataset}` to "
+            "list only the episodes on disk (the missing shard's are lost)"
+        )
+
+
 class NotADatasetError(RLDSWriterError, FileNotFoundError):
     """A path given as a dataset is not one (`store.dataset.locate.require_dataset` words it).
 

@@ -35,6 +35,7 @@ from typing import Any
 import tensorflow_datasets as tfds
 from etils import epath
 
+from rlds_writer.errors import MissingShardError
 from rlds_writer.store.dataset import layout
 from rlds_writer.store.formats import shards as shard_formats
 
@@ -186,7 +187,7 @@ def _source_split_shards(source: epath.Path, source_index: int) -> dict[str, lis
                 # rlds_writer and TFDS's SequentialWriter name shards without "-of-N".
                 path = source / f"{name}-{split['name']}.{file_format}-{index:05d}"
             if not path.exists():
-                raise FileNotFoundError(f"{source}: shard {index} of split {split['name']} missing")
+                raise MissingShardError.listed(os.fspath(path), split["name"], index, str(source))
             shards.append(SourceShard(source_index, index, os.fspath(path), file_format, length))
         out[split["name"]] = shards
     return out

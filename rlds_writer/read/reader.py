@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import CorruptRecordError, DecodeError, counted
+from rlds_writer.errors import CorruptRecordError, DecodeError, MissingShardError, counted
 from rlds_writer.read.decode import Decoder, drop_final_step
 from rlds_writer.read.nest import flatten, map_tree, rows
 from rlds_writer.read.splits import split_ranges
@@ -191,10 +191,7 @@ class DatasetReader:
         if shard is None:
             path = self.shard_path(split, index)
             if not self.dataset.storage.exists(path):
-                raise FileNotFoundError(
-                    f"{path}: shard {index} of split {split!r} is listed in dataset_info.json "
-                    "but missing"
-                )
+                raise MissingShardError.listed(path, split, index, self.path)
             cache = None
             if self.index_cache == "disk":
                 cache = os.path.join(self.path, _INDEX_DIR, os.path.basename(path) + ".npz")

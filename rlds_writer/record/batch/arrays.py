@@ -123,6 +123,26 @@ def host_batch(value: Any, path: str) -> np.ndarray:
     return host_array(value, path)
 
 
+def done_flags(value: Any, path: str) -> np.ndarray:
+    """A batch of done flags (`terminated`, `truncated`) as a bool array.
+
+    Bools are taken as they are; numbers only where each is exactly 0 or 1
+    (an env's int or float flags): anything else (0.5, -1, NaN) is refused by
+    `path`, not cast to True.
+    """
+    arr = host_array(value, path)
+    if arr.dtype == np.bool_:
+        return arr
+    if arr.size and not ((arr == 0) | (arr == 1)).all():
+        bad = arr[(arr != 0) & (arr != 1)].reshape(-1)[0].item()
+        raise StepValueError(
+            path,
+            f"expected bools (or numbers that are exactly 0 or 1) per sub-env, got {bad} in "
+            f"a {arr.dtype} batch; pass the env's done flags as bool",
+        )
+    return arr.astype(np.bool_)
+
+
 def check_batch(field: field_specs.FieldSpec, arr: np.ndarray, num_envs: int) -> np.ndarray:
     """`arr` as a `(num_envs, *field.shape)` array of the field's dtype, or a `StepValueError`."""
     shape = (num_envs, *field.shape)

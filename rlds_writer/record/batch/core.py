@@ -26,7 +26,7 @@ import numpy as np
 
 from rlds_writer.errors import WriterClosedError
 from rlds_writer.record.batch import objects
-from rlds_writer.record.batch.arrays import check_batch, host_array
+from rlds_writer.record.batch.arrays import check_batch, done_flags, host_array
 from rlds_writer.record.batch.fields import (
     cast_single,
     check_kept,
@@ -377,8 +377,10 @@ class BatchRecorder:
         picked = np.flatnonzero(self._inputs.mask(mask, rows))
         if not len(picked):
             return
-        if type(terminated) is not np.ndarray or terminated.shape != (rows,):
-            terminated = np.broadcast_to(np.asarray(terminated, np.bool_), (rows,))
+        if type(terminated) is not np.ndarray or terminated.dtype != np.bool_:
+            terminated = done_flags(terminated, "terminated")  # 0.5 is refused, not True
+        if terminated.shape != (rows,):
+            terminated = np.broadcast_to(terminated, (rows,))
         terminated = terminated[picked].astype(np.bool_, copy=False)  # a copy of its own
         envs = picked if ids is None else ids[picked]
         keep = self._ring.open[envs]

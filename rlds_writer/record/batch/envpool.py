@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from rlds_writer.errors import StepValueError
-from rlds_writer.record.batch.arrays import host_array
+from rlds_writer.record.batch.action_range import ActionRange
+from rlds_writer.record.batch.arrays import done_flags, host_array
 from rlds_writer.record.batch.vector import NEXT_STEP, VectorRecording
 from rlds_writer.record.gymnasium_recording import OPTIONS_DOC
 from rlds_writer.record.values import describe
@@ -69,6 +70,8 @@ class RecordRLDSEnvPool:
             per_env=True,
         )
         self._actions: np.ndarray | None = None  # the last action sent to each sub-env
+        # EnvPool steps a Discrete env with any int (5 for Discrete(2)): refused here.
+        self._range = ActionRange.of(getattr(env, "action_space", None))
         self._pending = np.zeros(self.num_envs, np.bool_)  # its next result is a reset
         self._closed = False
 
@@ -153,6 +156,8 @@ class RecordRLDSEnvPool:
                 f"expected {kept.dtype} actions, got {describe(actions)}, which does not cast "
                 f"to {kept.dtype} without changing kind; cast it first",
             )
+        if self._range is not None:
+            self._range.check(actions)
         ids = slice(None) if env_id is None else self._checked_ids(env_id, len(actions))
         kept[ids] = actions
         self._actions = kept
@@ -194,8 +199,8 @@ class RecordRLDSEnvPool:
             core = rec.core = rec._make_core(rec._inferred(meta))
         ids = self._env_ids(info, len(np.asarray(rewards)))
         reset = self._pending[ids]
-        terms = host_array(terminations, "terminated").astype(np.bool_, copy=False)
-        done = terms | host_array(truncations, "truncated").astype(np.bool_, copy=False)
+        terms = done_flags(terminations, "terminated")
+        done = terms | done_flags(truncations, "truncated")
         meta = rec._metadata(info, rows=len(ids))
         observation = rec.convert_obs(obs)
         if not reset.all():

@@ -34,7 +34,8 @@ import numpy as np
 from rlds_writer.errors import StepValueError
 from rlds_writer.record import spaces as spaces_lib
 from rlds_writer.record.batch import vector_step
-from rlds_writer.record.batch.arrays import host_array, host_batch
+from rlds_writer.record.batch.action_range import ActionRange
+from rlds_writer.record.batch.arrays import done_flags, host_array, host_batch
 from rlds_writer.record.batch.core import BatchRecorder
 from rlds_writer.record.config import recording_config
 
@@ -134,6 +135,7 @@ class RolloutRecorder:
         self.autoreset = autoreset
         self._ds_config = ds_config
         self._spaces = (observation_space, action_space)
+        self._range = ActionRange.of(action_space) if action_space is not None else None
         self.discount = discount if ds_config is None else ds_config.discount_info is not None
         self._name = name
         self._image = (image_encoding, jpeg_quality)
@@ -181,15 +183,11 @@ class RolloutRecorder:
         obs = _host(observation, "steps/observation")
         actions = _host(action, "steps/action")
         rewards = host_array(reward, "steps/reward")
-        terms = host_array(terminated, "terminated").astype(np.bool_, copy=False)
+        terms = done_flags(terminated, "terminated")
         steps = terms.shape[0] if terms.ndim == 2 else -1
         if terms.ndim != 2:
             raise StepValueError("terminated", f"expected bool[T, N], got shape {terms.shape}")
-        truncs = (
-            np.zeros_like(terms)
-            if truncated is None
-            else host_array(truncated, "truncated").astype(np.bool_, copy=False)
-        )
+        truncs = np.zeros_like(terms) if truncated is None else done_flags(truncated, "truncated")
         meta = _host(step_metadata, "steps") if step_metadata else None
         for label, nest in (("steps/observation", obs), ("steps/action", actions)):
             if _steps(nest) != steps:
@@ -214,6 +212,8 @@ class RolloutRecorder:
         ):
             if nest is not None:
                 _check_steps(nest, label, steps)
+        if self._range is not None and isinstance(actions, np.ndarray):
+            self._range.check(actions)  # before any step of the rollout is recorded
         if self.core is None:
             if first_observation is None:
                 raise StepValueError(

@@ -27,7 +27,7 @@ import numpy as np
 from rlds_writer.errors import StepValueError
 from rlds_writer.record import spaces as spaces_lib
 from rlds_writer.record.batch import vector_step
-from rlds_writer.record.batch.arrays import host_array, host_batch
+from rlds_writer.record.batch.arrays import done_flags, host_batch
 from rlds_writer.record.batch.core import BatchRecorder
 from rlds_writer.record.gymnasium_recording import OPTIONS, action_caster, take_options
 from rlds_writer.store.writing.dataset_setup import check_mode
@@ -185,8 +185,8 @@ class VectorRecording:
                     fast.finish(ends)
                     core.begin(observation, meta, ended)
                 return
-        terms = host_array(terminations, "terminated").astype(np.bool_, copy=False)
-        done = terms | host_array(truncations, "truncated").astype(np.bool_, copy=False)
+        terms = done_flags(terminations, "terminated")
+        done = terms | done_flags(truncations, "truncated")
         discount = (~terms).astype(np.float32) if self.discount else None
         meta = self._metadata(infos)
         observation = self.convert_obs(obs)

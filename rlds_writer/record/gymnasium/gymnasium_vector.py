@@ -22,10 +22,13 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import gymnasium
+import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import iterate
 
 from rlds_writer.errors import StepValueError
+from rlds_writer.record.batch.action_range import ActionRange
+from rlds_writer.record.batch.arrays import host_array
 from rlds_writer.record.batch.vector import VectorRecording, split_options
 from rlds_writer.record.episode import other_thread_error
 from rlds_writer.record.gymnasium_recording import OPTIONS_DOC, env_id, new_recording
@@ -86,6 +89,8 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         }
         self._closed = False
         self._owner = 0  # the thread of the last reset; another's steps are refused
+        # Discrete actions out of the space's range are refused before the env steps.
+        self._action_range = ActionRange.of(env.single_action_space)
         # Set before anything can refuse: `close()` (gymnasium's `__del__`) of an object
         # whose constructor raised closes what was made and nothing else.
         self._recording: Any = None
@@ -163,6 +168,9 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         if self._owner != _thread.get_ident() and self._owner:
             raise other_thread_error()  # before the env is touched
+        if self._action_range is not None:
+            batch = actions if type(actions) is np.ndarray else host_array(actions, "steps/action")
+            self._action_range.check(batch)
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
         if self._batch is not None:
             self._batch.step(actions, obs, rewards, terminations, truncations, infos)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import _signal
 import _thread
+import atexit
 import functools
 import logging
 import os
@@ -43,15 +44,24 @@ _get_ident = _thread.get_ident
 # `threading.current_thread() is threading.main_thread()` (two calls and a
 # dict lookup).
 _main = threading.main_thread().ident
+# The same, in a box that `held`'s spans keep a reference to; None once the
+# interpreter exits (atexit): what runs after that (a `__del__`'s close())
+# holds nothing back, and no longer needs this module's names.
+_main_thread = [_main]
 
 
 def _after_fork() -> None:
     global _main
-    _main = _get_ident()
+    _main = _main_thread[0] = _get_ident()
+
+
+def _at_exit() -> None:
+    _main_thread[0] = None
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
+atexit.register(_at_exit)
 
 
 class _Held:
@@ -124,18 +134,24 @@ def held(method: Callable[..., Any]) -> Callable[..., Any]:
     takes one, and an object with two method calls cost as much again.
     """
 
+    # Bound here, not looked up at the call: a `close()` that a `__del__` runs at
+    # interpreter exit finds this module's names set to None (gymnasium's
+    # VectorEnv.__del__ printed "'NoneType' object is not callable").
+    get_ident, getsignal, setsignal, sigint = _get_ident, _getsignal, _setsignal, _SIGINT
+    held_type, release, main = _Held, _release, _main_thread
+
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if _get_ident() != _main:
+        if get_ident() != main[0]:  # another thread, or after exit began (None)
             return method(*args, **kwargs)
-        previous = _getsignal(_SIGINT)
-        if type(previous) is _Held or not callable(previous):
+        previous = getsignal(sigint)
+        if type(previous) is held_type or not callable(previous):
             return method(*args, **kwargs)  # nested in a span, or SIGINT not Python's
-        held = _Held(previous, None)
-        _setsignal(_SIGINT, held)
+        held = held_type(previous, None)
+        setsignal(sigint, held)
         try:
             return method(*args, **kwargs)
         finally:
-            _release(held)
+            release(held)
 
     return call

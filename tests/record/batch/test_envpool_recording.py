@@ -128,8 +128,10 @@ def test_bad_env_ids_are_refused_before_envpool_sees_them(tmp_path, env_id, mess
         (np.full(3, 0.7), True, r"expected int\d+ actions, got float64\[3\], which does not cast"),
         (np.zeros((3, 2), np.int32), True, r"expected a batch int\d+\[3\] .* got int32\[3,2\]"),
         (np.zeros(3, np.int32), False, r"expected a batch int\d+\[4\] .*every sub-env"),
+        # EnvPool steps CartPole with it; it was recorded as given.
+        (np.array([0, 5, 1], np.int32), True, r"expected actions in 0\.\.1 .*got 5 at \[1\]"),
     ],
-    ids=["float", "shape", "no-env_id"],
+    ids=["float", "shape", "no-env_id", "out-of-range"],
 )
 def test_bad_actions_are_refused_by_field_and_nothing_written_is_lost(
     tmp_path, action, with_ids, message
