@@ -23,6 +23,7 @@ import numpy as np
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.batch.action_range import ActionRange
 from rlds_writer.record.batch.arrays import done_flags, host_array
+from rlds_writer.record.batch.closing import StepGuard
 from rlds_writer.record.batch.vector import NEXT_STEP, VectorRecording
 from rlds_writer.record.gymnasium_recording import OPTIONS_DOC
 from rlds_writer.record.values import describe
@@ -74,6 +75,7 @@ class RecordRLDSEnvPool:
         self._range = ActionRange.of(getattr(env, "action_space", None))
         self._pending = np.zeros(self.num_envs, np.bool_)  # its next result is a reset
         self._closed = False
+        self._guard = StepGuard(f"the RecordRLDSEnvPool of {data_directory}")
 
     @property
     def recorder(self) -> Any:
@@ -188,6 +190,14 @@ class RecordRLDSEnvPool:
         return host_array(ids, "env_id").astype(np.int64, copy=False)
 
     def _record(self, result: Any) -> None:
+        guard = self._guard
+        guard.enter()  # close() on another thread waits for it (`closing.py`)
+        try:
+            self._record_result(result)
+        finally:
+            guard.stepping = 0
+
+    def _record_result(self, result: Any) -> None:
         obs, rewards, terminations, truncations, info = result
         rec = self._recording
         core = rec.core
@@ -221,6 +231,7 @@ class RecordRLDSEnvPool:
         if self._closed:
             return
         self._closed = True
+        self._guard.close()
         try:
             self._recording.close()
         finally:

@@ -36,6 +36,7 @@ from rlds_writer.record import spaces as spaces_lib
 from rlds_writer.record.batch import vector_step
 from rlds_writer.record.batch.action_range import ActionRange
 from rlds_writer.record.batch.arrays import done_flags, host_array, host_batch
+from rlds_writer.record.batch.closing import StepGuard
 from rlds_writer.record.batch.core import BatchRecorder
 from rlds_writer.record.config import recording_config
 
@@ -145,6 +146,7 @@ class RolloutRecorder:
         self._pending: np.ndarray | None = None  # next_step: reset by the next step
         self._fast: vector_step.VectorSteps | None = None
         self._closed = False
+        self._guard = StepGuard(f"the RolloutRecorder of {data_directory}")
 
     def write(
         self,
@@ -214,44 +216,49 @@ class RolloutRecorder:
                 _check_steps(nest, label, steps)
         if self._range is not None and isinstance(actions, np.ndarray):
             self._range.check(actions)  # before any step of the rollout is recorded
-        if self.core is None:
-            if first_observation is None:
+        guard = self._guard
+        guard.enter()  # close() on another thread waits for the rollout (`closing.py`)
+        try:
+            if self.core is None:
+                if first_observation is None:
+                    raise StepValueError(
+                        "first_observation",
+                        "the first rollout needs the reset's observations (N, ...): "
+                        "write(first_observation=..., ...)",
+                    )
+                self.core = self._make_core(obs, actions, meta)
+                first_meta = _host(first_step_metadata, "steps") if first_step_metadata else None
+                self.core.begin(_host(first_observation, "steps/observation"), first_meta)
+                self._pending = np.zeros(self.core.num_envs, np.bool_)
+                pending = self._pending if self.autoreset == NEXT_STEP else None
+                # The usual step in one C call (`vector_step.py`), its discount given.
+                self._fast = vector_step.make(self.core, pending, vector_step.GIVEN)
+            elif first_observation is not None:
                 raise StepValueError(
                     "first_observation",
-                    "the first rollout needs the reset's observations (N, ...): "
-                    "write(first_observation=..., ...)",
+                    "episodes continue across write() calls: give first_observation on the first "
+                    "call only",
                 )
-            self.core = self._make_core(obs, actions, meta)
-            first_meta = _host(first_step_metadata, "steps") if first_step_metadata else None
-            self.core.begin(_host(first_observation, "steps/observation"), first_meta)
-            self._pending = np.zeros(self.core.num_envs, np.bool_)
-            pending = self._pending if self.autoreset == NEXT_STEP else None
-            # The usual step in one C call (`vector_step.py`), its discount given.
-            self._fast = vector_step.make(self.core, pending, vector_step.GIVEN)
-        elif first_observation is not None:
-            raise StepValueError(
-                "first_observation",
-                "episodes continue across write() calls: give first_observation on the first "
-                "call only",
-            )
-        done_all = terms | truncs
-        if self.autoreset == SAME_STEP and finals is None and done_all.any():
-            t, i = np.argwhere(done_all)[0].tolist()
-            raise StepValueError(
-                "final_observation",
-                f"sub-env {i} ended an episode at step {t}: with autoreset='same_step' its "
-                "final observation comes in final_observation (T, N, ...); or record with "
-                "autoreset='next_step' if the step after an end is the reset",
-            )
-        if discount is not None:
-            discounts = host_array(discount, "steps/discount")
-            _check_steps(discounts, "steps/discount", steps)
-        elif self.discount:
-            discounts = (~terms).astype(np.float32)
-        else:
-            discounts = None
-        for t in range(steps):
-            self._step(t, obs, actions, rewards, terms, done_all, finals, discounts, meta)
+            done_all = terms | truncs
+            if self.autoreset == SAME_STEP and finals is None and done_all.any():
+                t, i = np.argwhere(done_all)[0].tolist()
+                raise StepValueError(
+                    "final_observation",
+                    f"sub-env {i} ended an episode at step {t}: with autoreset='same_step' its "
+                    "final observation comes in final_observation (T, N, ...); or record with "
+                    "autoreset='next_step' if the step after an end is the reset",
+                )
+            if discount is not None:
+                discounts = host_array(discount, "steps/discount")
+                _check_steps(discounts, "steps/discount", steps)
+            elif self.discount:
+                discounts = (~terms).astype(np.float32)
+            else:
+                discounts = None
+            for t in range(steps):
+                self._step(t, obs, actions, rewards, terms, done_all, finals, discounts, meta)
+        finally:
+            guard.stepping = 0
 
     def _step(self, t, obs, actions, rewards, terms, done_all, finals, discounts, meta) -> None:
         core = self.core
@@ -336,6 +343,7 @@ class RolloutRecorder:
         if self._closed:
             return
         self._closed = True
+        self._guard.close()  # a write() on another thread ends first
         if self.core is not None:
             self.core.close()
 

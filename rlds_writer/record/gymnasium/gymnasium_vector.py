@@ -29,6 +29,7 @@ from gymnasium.vector.utils import iterate
 from rlds_writer.errors import StepValueError
 from rlds_writer.record.batch.action_range import ActionRange
 from rlds_writer.record.batch.arrays import host_array
+from rlds_writer.record.batch.closing import StepGuard
 from rlds_writer.record.batch.vector import VectorRecording, split_options
 from rlds_writer.record.episode import other_thread_error
 from rlds_writer.record.gymnasium_recording import OPTIONS_DOC, env_id, new_recording
@@ -89,6 +90,8 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         }
         self._closed = False
         self._owner = 0  # the thread of the last reset; another's steps are refused
+        # close() on another thread waits for a step in progress (`closing.py`).
+        self._guard = StepGuard(f"the RecordRLDSVector of {data_directory}")
         # Discrete actions out of the space's range are refused before the env steps.
         self._action_range = ActionRange.of(env.single_action_space)
         # Set before anything can refuse: `close()` (gymnasium's `__del__`) of an object
@@ -168,6 +171,14 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         if self._owner != _thread.get_ident() and self._owner:
             raise other_thread_error()  # before the env is touched
+        guard = self._guard
+        guard.enter()
+        try:
+            return self._step(actions)
+        finally:
+            guard.stepping = 0
+
+    def _step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         if self._action_range is not None:
             batch = actions if type(actions) is np.ndarray else host_array(actions, "steps/action")
             self._action_range.check(batch)
@@ -244,6 +255,7 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         if self._closed:
             return
         self._closed = True
+        self._guard.close()
         try:
             if self._batch is not None:
                 self._batch.close()

@@ -8,6 +8,7 @@ import time
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 from rlds_writer import RecordRLDSVector, open_dataset
 from rlds_writer.errors import WriterClosedError
@@ -110,3 +111,48 @@ def _recorded(path):
     for action in np.random.default_rng(0).integers(0, 2, (60, 8)):
         env.step(action)
     return env
+
+
+class _SlowStep(gym.vector.VectorEnv):
+    """Two sub-envs whose 3rd step asks another thread to close the recorder, then takes
+    a while: a close() then ran in the middle of the step (stress runs: a frame chunk's
+    handle read before the step stored it, `TypeError` and the open episodes lost)."""
+
+    def __init__(self):
+        self.num_envs = 2
+        self.single_observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, 2)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, 2)
+        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+        self.t = 0
+        self.recorder = None
+        self.closer: threading.Thread | None = None
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros((2, 3), np.float32), {}
+
+    def step(self, actions):
+        self.t += 1
+        if self.t == 3:
+            self.closer = threading.Thread(target=self.recorder.close)
+            self.closer.start()
+            time.sleep(0.3)  # room for a close() that does not wait for this step
+        obs = np.full((2, 3), self.t / 10, np.float32)
+        return obs, np.ones(2), np.zeros(2, bool), np.zeros(2, bool), {}
+
+
+def test_close_from_another_thread_waits_for_the_step_in_progress(tmp_path):
+    inner = _SlowStep()
+    env = RecordRLDSVector(inner, tmp_path / "ds")
+    inner.recorder = env
+    env.reset(seed=0)
+    env.step(np.zeros(2, np.int64))
+    env.step(np.zeros(2, np.int64))
+    env.step(np.zeros(2, np.int64))  # close() began meanwhile: this step is recorded whole
+    inner.closer.join(30)
+    with pytest.raises(WriterClosedError, match="closed"):
+        env.step(np.zeros(2, np.int64))  # refused after close(), naming the recorder
+    episodes = list(open_dataset(tmp_path / "ds")["train"])
+    assert [len(e["steps"]["observation"]) for e in episodes] == [4, 4]  # reset + 3 steps
+    assert all(e["end_reason"] == b"cut_short" for e in episodes)
