@@ -42,9 +42,13 @@ class StepGuard:
             self.stepping = 0
             raise WriterClosedError(f"{self.what} is closed (close() was called)")
 
-    def close(self) -> None:
-        """Marks the recorder closing and waits for a step another thread is in."""
+    def close(self, _get_ident=_get_ident, _sleep=time.sleep) -> None:  # noqa: ANN001
+        """Marks the recorder closing and waits for a step another thread is in.
+
+        The names are bound as defaults: a `__del__` may close at interpreter
+        exit, after this module's globals were set to None.
+        """
         self.closing = True
         me = _get_ident()
         while self.stepping not in (0, me):
-            time.sleep(0.0005)
+            _sleep(0.0005)

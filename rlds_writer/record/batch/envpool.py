@@ -94,11 +94,16 @@ class RecordRLDSEnvPool:
         obs, info = self.env.reset(env_id) if env_id is not None else self.env.reset()
         ids = self._env_ids(info, len(_first(obs)))
         rec = self._recording
-        meta = rec._metadata(info, rows=len(ids))
-        if rec.core is None:
-            rec.core = rec._make_core(rec._inferred(meta))
-        rec.core.begin(rec.convert_obs(obs), meta, env_ids=ids)
-        self._pending[ids] = False
+        guard = self._guard
+        guard.enter()  # a close() on another thread waits for the episodes begun
+        try:
+            meta = rec._metadata(info, rows=len(ids))
+            if rec.core is None:
+                rec.core = rec._make_core(rec._inferred(meta))
+            rec.core.begin(rec.convert_obs(obs), meta, env_ids=ids)
+            self._pending[ids] = False
+        finally:
+            guard.stepping = 0
         return obs, info
 
     def step(self, action: Any, env_id: Any = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:

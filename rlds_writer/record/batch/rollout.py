@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_writer.errors import StepValueError
+from rlds_writer.errors import StepValueError, WriterClosedError
 from rlds_writer.record import spaces as spaces_lib
 from rlds_writer.record.batch import vector_step
 from rlds_writer.record.batch.action_range import ActionRange
@@ -181,7 +181,9 @@ class RolloutRecorder:
           first_step_metadata: key -> `(N, ...)`: step metadata of the reset.
         """
         if self._closed:
-            raise RuntimeError("RolloutRecorder.write after close()")
+            raise WriterClosedError(
+                f"the RolloutRecorder of {self.data_directory} is closed: write() after close()"
+            )
         obs = _host(observation, "steps/observation")
         actions = _host(action, "steps/action")
         rewards = host_array(reward, "steps/reward")

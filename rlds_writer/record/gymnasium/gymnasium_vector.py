@@ -148,15 +148,20 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         mask = (options or {}).get("reset_mask")
         obs, infos = self.env.reset(seed=seed, options=options)
         self._owner = _thread.get_ident()
-        if self._batch is not None:
-            self._batch.reset(obs, infos, mask)
+        guard = self._guard
+        guard.enter()  # a close() on another thread waits for the episodes begun
+        try:
+            if self._batch is not None:
+                self._batch.reset(obs, infos, mask)
+                return obs, infos
+            for i, obs_i in enumerate(self._iterate_obs(self.env.observation_space, obs)):
+                if mask is not None and not mask[i]:
+                    continue
+                self._begin(i, obs_i, _env_info(infos, i))
+                self._autoreset[i] = False
             return obs, infos
-        for i, obs_i in enumerate(self._iterate_obs(self.env.observation_space, obs)):
-            if mask is not None and not mask[i]:
-                continue
-            self._begin(i, obs_i, _env_info(infos, i))
-            self._autoreset[i] = False
-        return obs, infos
+        finally:
+            guard.stepping = 0
 
     def _begin(self, i: int, obs_i: Any, info_i: Mapping[str, Any]) -> None:
         self._unbind(i)  # until the episode has begun

@@ -156,3 +156,17 @@ def test_close_from_another_thread_waits_for_the_step_in_progress(tmp_path):
     episodes = list(open_dataset(tmp_path / "ds")["train"])
     assert [len(e["steps"]["observation"]) for e in episodes] == [4, 4]  # reset + 3 steps
     assert all(e["end_reason"] == b"cut_short" for e in episodes)
+
+
+def test_a_rollout_written_after_close_is_refused_with_the_projects_error(tmp_path):
+    from rlds_writer.record.batch.rollout import RolloutRecorder
+
+    rec = RolloutRecorder(tmp_path / "ds")
+    rec.close()
+    with pytest.raises(WriterClosedError, match="RolloutRecorder of .* is closed"):
+        rec.write(
+            observation=np.zeros((1, 2)),
+            action=np.zeros((1, 2)),
+            reward=np.zeros((1, 2)),
+            terminated=np.zeros((1, 2), bool),
+        )  # a RuntimeError, not the project's, before
