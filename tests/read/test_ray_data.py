@@ -8,10 +8,11 @@ must come out exactly once.
 from __future__ import annotations
 
 import os
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
-from byte_relay import relay, upload
+from byte_relay import CountingProxy, relay, upload
 from helpers_core import assert_same
 from object_store_data import EPISODES, PER_SHARD, STEPS, write_camera_dataset
 
@@ -194,10 +195,14 @@ def test_workers_read_the_bucket_once_and_the_driver_only_the_listing(
     url = object_store.path("cameras")
     upload(cameras, url)
     proxy = relay(object_store, monkeypatch)  # the driver's requests go through it
+    # The workers reach the server through a relay of their own (in the environment
+    # a cluster would set): the same workers serve both reads.
+    (variable,) = [k for k in _ENDPOINTS if k in object_store.env]
+    workers = CountingProxy(urlsplit(object_store.env[variable]).port)
     try:
         proxy.reset()
-        # The workers reach the server directly (the environment a cluster would set).
         env = dict(object_store.env, PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+        env[variable] = f"http://127.0.0.1:{workers.port}"
         ds = ray_data.read_rlds(
             url,
             "train",
@@ -208,17 +213,18 @@ def test_workers_read_the_bucket_once_and_the_driver_only_the_listing(
         )
         counts = ds.groupby("episode_index").count().take_all()
         driver = proxy.reset()
+        workers.reset()
         # Ray's own parallelism (~1 MB tasks; the shard files are ~1.1 MB): the tasks
         # hold whole files, so none walks a file's record headers to find its first
         # episode (a request per record), and the workers fetch each byte once.
-        through = {k: f"http://127.0.0.1:{proxy.port}" for k in _ENDPOINTS if k in env}
-        ds = ray_data.read_rlds(url, "train", runtime_env={"env_vars": env | through})
+        ds = ray_data.read_rlds(url, "train", runtime_env={"env_vars": env})
         episodes = sorted(
             int(i) for i in ds.select_columns(["episode_index"]).to_pandas()["episode_index"]
         )
-        fetched = proxy.reset()
+        fetched = workers.reset()
     finally:
         proxy.close()
+        workers.close()
     assert sorted(int(c["episode_index"]) for c in counts) == list(range(EPISODES))
     assert all(c["count()"] == STEPS - 1 for c in counts)
     total = sum(os.path.getsize(cameras / n) for n in os.listdir(cameras))
