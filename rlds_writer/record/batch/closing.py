@@ -8,7 +8,7 @@ still None: `TypeError`, the open episodes lost). The step marks itself with
 its thread while it runs; `close()` marks the recorder closing, then waits
 out a step in progress on another thread; a step that begins after that
 refuses (`WriterClosedError`), as every step after `close()` does. Two
-attribute writes per step, no lock.
+attribute writes per step (`enter`, `leave`), no lock.
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ class StepGuard:
         if self.closing:
             self.stepping = 0
             raise WriterClosedError(f"{self.what} is closed (close() was called)")
+
+    def leave(self) -> None:
+        """Marks the step ended (in a `finally`: a step that raised ends too)."""
+        self.stepping = 0
 
     def close(self, _get_ident=_get_ident, _sleep=time.sleep) -> None:  # noqa: ANN001
         """Marks the recorder closing and waits for a step another thread is in.

@@ -103,7 +103,7 @@ class RecordRLDSEnvPool:
             rec.core.begin(rec.convert_obs(obs), meta, env_ids=ids)
             self._pending[ids] = False
         finally:
-            guard.stepping = 0
+            guard.leave()
         return obs, info
 
     def step(self, action: Any, env_id: Any = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
@@ -200,7 +200,7 @@ class RecordRLDSEnvPool:
         try:
             self._record_result(result)
         finally:
-            guard.stepping = 0
+            guard.leave()
 
     def _record_result(self, result: Any) -> None:
         obs, rewards, terminations, truncations, info = result

@@ -260,7 +260,7 @@ class RolloutRecorder:
             for t in range(steps):
                 self._step(t, obs, actions, rewards, terms, done_all, finals, discounts, meta)
         finally:
-            guard.stepping = 0
+            guard.leave()
 
     def _step(self, t, obs, actions, rewards, terms, done_all, finals, discounts, meta) -> None:
         core = self.core

@@ -161,7 +161,7 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
                 self._autoreset[i] = False
             return obs, infos
         finally:
-            guard.stepping = 0
+            guard.leave()
 
     def _begin(self, i: int, obs_i: Any, info_i: Mapping[str, Any]) -> None:
         self._unbind(i)  # until the episode has begun
@@ -181,7 +181,7 @@ class RecordRLDSVector(gymnasium.vector.VectorWrapper):
         try:
             return self._step(actions)
         finally:
-            guard.stepping = 0
+            guard.leave()
 
     def _step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         if self._action_range is not None:
